@@ -1,0 +1,55 @@
+"""Errors that cross layers. Each maps to one HTTP status, a CLI exit code 2, or a widget error.
+
+Every error names the offending ``field`` (a JSON path such as ``podSets[0].count`` or a form field
+such as ``gpus``) where there is one, so that users see *what* is wrong and *why*.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class GpuQueueError(Exception):
+    """Base class. ``status`` is the HTTP status the REST API answers with."""
+
+    status = 400
+    reason = "BadRequest"
+
+    def __init__(self, message: str, field: Optional[str] = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_json(self) -> dict:
+        out = {"message": self.message, "reason": self.reason}
+        if self.field is not None:
+            out["field"] = self.field
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class ValidationError(GpuQueueError):
+    status = 400
+    reason = "Invalid"
+
+
+class NotFound(GpuQueueError):
+    status = 404
+    reason = "NotFound"
+
+
+class Forbidden(GpuQueueError):
+    status = 403
+    reason = "Forbidden"
+
+
+class Conflict(GpuQueueError):
+    status = 409
+    reason = "Conflict"
+
+
+class PayloadTooLarge(GpuQueueError):
+    status = 413
+    reason = "PayloadTooLarge"
