@@ -1,0 +1,248 @@
+"""Flavor assignment: which ResourceFlavor each PodSet's resources are charged to.
+
+Follows Kueue's flavor assigner (``pkg/scheduler/flavorassigner/flavorassigner.go``):
+
+- Per PodSet and resource group, the ClusterQueue's flavors are tried in order.
+- A flavor is eligible when the pod tolerates its ``nodeTaints`` (plus the flavor's own
+  tolerations) and the pod's nodeSelector, restricted to the label keys the flavor defines, matches
+  the flavor's ``nodeLabels``.
+- Per resource, with ``val`` = this PodSet's request plus what earlier PodSets of the workload were
+  already assigned on the same (flavor, resource):
+  ``val > potentialAvailable`` → no fit ever (max quota exceeded); ``val ≤ available`` → fit, at a
+  borrowing level (0 = within nominal quota); otherwise the quota is in use (preemption territory).
+- A flavor's mode is the worst of its resources. ``flavorFungibility``: stop at a fitting flavor
+  unless it borrows and ``whenCanBorrow: TryNextFlavor``; a flavor that would need preemption is
+  passed over when ``whenCanPreempt: TryNextFlavor``. Among the flavors tried the best wins: fit over
+  preempt over no fit, then the lower borrowing level.
+
+Messages copy Kueue's wording ("insufficient unused quota for nvidia.com/gpu in flavor x, 1 more
+needed"), so that people who know Kueue recognise them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .model import (
+    BORROW,
+    PREEMPT,
+    TRY_NEXT_FLAVOR,
+    ClusterConfig,
+    ClusterQueue,
+    PodSet,
+    ResourceFlavor,
+)
+from .quota import FlavorResource, QuotaNode
+
+# Modes, ordered worst to best (Kueue granularMode: noFit < noPreemptionCandidates < preempt < fit).
+NO_FIT = 0
+PREEMPT_MODE = 2
+FIT = 4
+
+
+@dataclass(slots=True)
+class FlavorChoice:
+    flavor: Optional[str]
+    mode: int
+    borrowing_level: int = 0
+    messages: list[str] = field(default_factory=list)
+    exceeds_max: bool = False
+
+
+@dataclass(slots=True)
+class PodSetAssignmentResult:
+    name: str
+    count: int
+    flavors: dict[str, str]  # resource -> flavor
+    mode: int
+    borrowing_level: int
+    message: str = ""
+    exceeds_max: bool = False
+
+
+@dataclass(slots=True)
+class Assignment:
+    """The result of assigning flavors to every PodSet of a workload in one ClusterQueue."""
+
+    pod_sets: list[PodSetAssignmentResult]
+    usage: dict[FlavorResource, int]
+
+    @property
+    def mode(self) -> int:
+        return min((p.mode for p in self.pod_sets), default=FIT)
+
+    @property
+    def borrowing_level(self) -> int:
+        return max((p.borrowing_level for p in self.pod_sets), default=0)
+
+    @property
+    def borrows(self) -> bool:
+        return self.borrowing_level > 0
+
+    @property
+    def exceeds_max(self) -> bool:
+        return any(p.exceeds_max for p in self.pod_sets if p.mode == NO_FIT)
+
+    def message(self) -> str:
+        parts = [
+            f"couldn't assign flavors to pod set {p.name}: {p.message}"
+            for p in self.pod_sets
+            if p.mode != FIT
+        ]
+        return "; ".join(parts)
+
+
+def flavor_eligible(flavor: ResourceFlavor, ps: PodSet) -> Optional[str]:
+    """None if PodSet ``ps`` may use ``flavor``; else why not (Kueue wording)."""
+    tolerations = list(ps.tolerations) + list(flavor.tolerations)
+    for taint in flavor.node_taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {flavor.name}"
+    for k, v in ps.node_selector.items():
+        if k in flavor.node_labels and flavor.node_labels[k] != v:
+            return f"flavor {flavor.name} doesn't match node affinity"
+    return None
+
+
+def assign_flavors(
+    wl_pod_sets: list[PodSet],
+    cq: ClusterQueue,
+    node: QuotaNode,
+    config: ClusterConfig,
+    counts: Optional[list[int]] = None,
+) -> Assignment:
+    """Assign flavors to every PodSet (``counts`` overrides PodSet counts, for partial admission).
+
+    Pure with respect to ``node``: usage is read, never changed."""
+    usage: dict[FlavorResource, int] = {}
+    results: list[PodSetAssignmentResult] = []
+    fungibility = cq.flavor_fungibility
+    for i, ps in enumerate(wl_pod_sets):
+        count = ps.count if counts is None else counts[i]
+        requests = {r: q * count for r, q in ps.requests.items() if q > 0}
+        flavors: dict[str, str] = {}
+        ps_mode = FIT
+        ps_level = 0
+        messages: list[str] = []
+        exceeds = False
+        # Group the requested resources by the resource group that covers them.
+        groups: dict[int, dict[str, int]] = {}
+        for r, q in requests.items():
+            gi = next((j for j, rg in enumerate(cq.resource_groups) if r in rg.covered_resources), None)
+            if gi is None:
+                ps_mode = NO_FIT
+                messages.append(f"resource {r} unavailable in ClusterQueue")
+                continue
+            groups.setdefault(gi, {})[r] = q
+        for gi, reqs in groups.items():
+            rg = cq.resource_groups[gi]
+            best: Optional[FlavorChoice] = None
+            tried_msgs: list[str] = []
+            all_exceeded = True
+            for fq in rg.flavors:
+                flavor = config.resource_flavors.get(fq.name)
+                if flavor is None:
+                    tried_msgs.append(f"flavor {fq.name} not found")
+                    continue
+                why = flavor_eligible(flavor, ps)
+                if why is not None:
+                    tried_msgs.append(why)
+                    continue
+                choice = _fits_flavor(fq.name, reqs, usage, node)
+                tried_msgs.extend(choice.messages)
+                all_exceeded = all_exceeded and choice.exceeds_max
+                if best is None or _preferred(choice, best):
+                    best = choice
+                if choice.mode == FIT:
+                    if choice.borrowing_level == 0 or fungibility.when_can_borrow == BORROW:
+                        break
+                elif choice.mode == PREEMPT_MODE:
+                    if fungibility.when_can_preempt == PREEMPT:
+                        break
+                # NO_FIT, or fungibility says look further.
+            if best is None or best.mode == NO_FIT:
+                ps_mode = NO_FIT
+                exceeds = exceeds or (best is not None and all_exceeded)
+                messages.extend(tried_msgs)
+                continue
+            for r in reqs:
+                flavors[r] = best.flavor
+                fr = (best.flavor, r)
+                usage[fr] = usage.get(fr, 0) + reqs[r]
+            ps_level = max(ps_level, best.borrowing_level)
+            if best.mode != FIT:
+                ps_mode = min(ps_mode, best.mode)
+                messages.extend(best.messages)
+        results.append(
+            PodSetAssignmentResult(
+                name=ps.name,
+                count=count,
+                flavors=flavors,
+                mode=ps_mode,
+                borrowing_level=ps_level,
+                message=", ".join(messages),
+                exceeds_max=exceeds and ps_mode == NO_FIT,
+            )
+        )
+    return Assignment(pod_sets=results, usage=usage)
+
+
+def _preferred(a: FlavorChoice, b: FlavorChoice) -> bool:
+    """Kueue ``isPreferred`` with the default BorrowingOverPreemption: better mode wins, then the
+    lower borrowing level."""
+    if a.mode != b.mode:
+        return a.mode > b.mode
+    return a.borrowing_level < b.borrowing_level
+
+
+def _fits_flavor(
+    flavor: str, reqs: dict[str, int], assigned: dict[FlavorResource, int], node: QuotaNode
+) -> FlavorChoice:
+    mode = FIT
+    level = 0
+    messages: list[str] = []
+    exceeded = False
+    for r, q in reqs.items():
+        fr = (flavor, r)
+        prev = assigned.get(fr, 0)
+        val = prev + q
+        potential = node.potential_available(fr)
+        if val > potential:
+            mode = NO_FIT
+            exceeded = True
+            if prev:
+                messages.append(
+                    f"insufficient quota for {r} in flavor {flavor}, previously considered podsets "
+                    f"requests ({prev}) + current podset request ({q}) > maximum capacity ({potential})"
+                )
+            else:
+                messages.append(
+                    f"insufficient quota for {r} in flavor {flavor}, request > maximum capacity "
+                    f"({q} > {potential})"
+                )
+            continue
+        available = node.available(fr)
+        if val <= available:
+            level = max(level, node.borrowing_level(fr, val))
+            continue
+        # The quota exists but is in use: only preemption could free it.
+        mode = min(mode, PREEMPT_MODE)
+        messages.append(
+            f"insufficient unused quota for {r} in flavor {flavor}, {val - max(available, 0)} more needed"
+        )
+    return FlavorChoice(flavor=flavor, mode=mode, borrowing_level=level, messages=messages, exceeds_max=exceeded)
+
+
+__all__ = [
+    "Assignment",
+    "FIT",
+    "NO_FIT",
+    "PREEMPT_MODE",
+    "PodSetAssignmentResult",
+    "assign_flavors",
+    "flavor_eligible",
+    "TRY_NEXT_FLAVOR",
+]

@@ -1,0 +1,155 @@
+"""Pending workloads per ClusterQueue: ordering, heads, parking, positions.
+
+Follows Kueue's queue manager (``pkg/cache/queue/cluster_queue.go``, ``manager.go``):
+
+- One ordered queue per ClusterQueue; LocalQueues are views of it. Order: higher priority first,
+  then older queue-order timestamp (creation, or the last eviction), then UID
+  (``queueOrderingFunc``).
+- ``StrictFIFO``: a head that does not fit goes straight back and keeps blocking the queue.
+- ``BestEffortFIFO``: a head that does not fit is *parked* (``inadmissible``) until something in its
+  cohort tree changes (quota freed, configuration changed), unless such a change happened since it
+  was popped (``queueInadmissibleCycle >= popCycle``), in which case it goes straight back.
+- Positions (Kueue visibility API, ``pkg/visibility``) count every pending workload of the
+  ClusterQueue, parked ones included, in queue order; 0-based. They are answered from ordered
+  indexes in O(log n), never by sorting per query.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from sortedcontainers import SortedList
+
+from .model import BEST_EFFORT_FIFO, STRICT_FIFO, Workload
+
+OrderKey = tuple  # (-priority, order_time, uid/key)
+
+
+def order_key(wl: Workload) -> OrderKey:
+    return (-wl.priority, wl.order_time, wl.uid or wl.key)
+
+
+class ClusterQueueQueue:
+    """The pending workloads of one ClusterQueue."""
+
+    __slots__ = (
+        "name",
+        "strategy",
+        "active",
+        "all_pending",
+        "by_local_queue",
+        "parked",
+        "keys",
+        "pop_cycle",
+        "requeue_cycle",
+        "popped_at",
+    )
+
+    def __init__(self, name: str, strategy: str = BEST_EFFORT_FIFO):
+        self.name = name
+        self.strategy = strategy
+        self.active = SortedList()  # (order_key, key): the heap of Kueue
+        self.all_pending = SortedList()  # active + parked + in flight: for positions
+        self.by_local_queue: dict[str, SortedList] = {}
+        self.parked: dict[str, OrderKey] = {}
+        self.keys: dict[str, tuple[OrderKey, str]] = {}  # key -> (order key, local queue key)
+        self.pop_cycle = 0
+        self.requeue_cycle = 0
+        self.popped_at: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys
+
+    # -- membership -------------------------------------------------------------------------------
+    def push(self, wl: Workload, local_queue_key: str) -> None:
+        """Add a pending workload (or re-add it with a new order key)."""
+        if wl.key in self.keys:
+            self.delete(wl.key)
+        ok = order_key(wl)
+        item = (ok, wl.key)
+        self.keys[wl.key] = (ok, local_queue_key)
+        self.active.add(item)
+        self.all_pending.add(item)
+        self.by_local_queue.setdefault(local_queue_key, SortedList()).add(item)
+
+    def delete(self, key: str) -> None:
+        entry = self.keys.pop(key, None)
+        if entry is None:
+            return
+        ok, lq = entry
+        item = (ok, key)
+        if key in self.parked:
+            del self.parked[key]
+        else:
+            self.active.discard(item)
+        self.all_pending.discard(item)
+        lql = self.by_local_queue.get(lq)
+        if lql is not None:
+            lql.discard(item)
+        self.popped_at.pop(key, None)
+
+    # -- scheduling --------------------------------------------------------------------------------
+    def head(self) -> Optional[str]:
+        """The key of the first active (not parked) workload, without removing it."""
+        if not self.active:
+            return None
+        return self.active[0][1]
+
+    def pop(self) -> Optional[str]:
+        """Take the head out of the active heap for a cycle (it stays pending for positions)."""
+        if not self.active:
+            return None
+        ok, key = self.active.pop(0)
+        self.pop_cycle += 1
+        self.popped_at[key] = self.pop_cycle
+        return key
+
+    def requeue(self, key: str, *, immediate: bool) -> None:
+        """Put back a popped workload that was not admitted.
+
+        ``immediate`` (Kueue: StrictFIFO always; BestEffortFIFO for FailedAfterNomination and the
+        like) puts it back into the heap; otherwise BestEffortFIFO parks it unless an
+        inadmissible-requeue happened since it was popped."""
+        entry = self.keys.get(key)
+        if entry is None:
+            return
+        item = (entry[0], key)
+        popped = self.popped_at.pop(key, 0)
+        if self.strategy == STRICT_FIFO or immediate or self.requeue_cycle >= popped:
+            if item not in self.active:
+                self.active.add(item)
+        else:
+            self.parked[key] = entry[0]
+
+    def requeue_inadmissible(self) -> int:
+        """Move every parked workload back into the heap; returns how many moved."""
+        self.requeue_cycle = self.pop_cycle
+        n = len(self.parked)
+        for key, ok in self.parked.items():
+            self.active.add((ok, key))
+        self.parked.clear()
+        return n
+
+    # -- positions ---------------------------------------------------------------------------------
+    def position(self, key: str) -> Optional[tuple[int, int]]:
+        """(positionInClusterQueue, positionInLocalQueue), 0-based, or None if not pending here."""
+        entry = self.keys.get(key)
+        if entry is None:
+            return None
+        ok, lq = entry
+        item = (ok, key)
+        return self.all_pending.index(item), self.by_local_queue[lq].index(item)
+
+    def ordered_keys(self) -> Iterator[str]:
+        for _, key in self.all_pending:
+            yield key
+
+    def local_queue_keys(self, lq: str) -> Iterator[str]:
+        for _, key in self.by_local_queue.get(lq, ()):
+            yield key
+
+    def count_local_queue(self, lq: str) -> int:
+        return len(self.by_local_queue.get(lq, ()))
