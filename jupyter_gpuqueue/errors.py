@@ -27,7 +27,9 @@ class GpuQueueError(Exception):
         return out
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+        if self.field and self.field not in self.message:
+            return f"{self.field}: {self.message}"
+        return self.message
 
 
 class ValidationError(GpuQueueError):

@@ -621,20 +621,21 @@ class QueueService:
         The whole text is validated first; nothing is queued unless every document is valid."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("empty manifest", "manifest")
-        try:
-            m = load_text(text, "manifest")
-        except ManifestError as exc:
-            raise ValidationError(str(exc), exc.field or "manifest") from None
-        if m.config.cluster_queues or m.config.resource_flavors or m.config.local_queues or m.config.cohorts:
-            raise Forbidden("queue configuration (ClusterQueue, ResourceFlavor, ...) is changed by admins only", "manifest")
         import yaml
 
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as exc:
+            raise ValidationError(f"not valid YAML: {exc}", "manifest") from None
         prepared = []
         for i, doc in enumerate(docs):
+            if not isinstance(doc, dict):
+                raise ValidationError(f"document {i} is not a mapping", "manifest")
             try:
                 wl = parse_workload_document(doc, self.config, "manifest", i)
             except ManifestError as exc:
+                if "configuration kind" in exc.reason or "not a workload" in exc.reason:
+                    raise Forbidden(f"{exc}: queue configuration is changed by admins only", "kind") from None
                 raise ValidationError(str(exc), exc.field or "manifest") from None
             if wl is None:
                 continue
@@ -826,8 +827,8 @@ class QueueService:
         if limit <= 0:
             raise ValidationError("must be > 0", "limit")
         limit = min(limit, 4 << 20)
-        run = rec.get("run") or {}
-        path = run.get("log_path")
+        run = rec.get("run")
+        path = RunInfo.from_json(run).log_path if run else None
         text, size, next_offset = "", 0, offset
         if path and os.path.exists(path):
             size = os.path.getsize(path)

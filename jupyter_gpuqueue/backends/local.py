@@ -1,0 +1,403 @@
+"""The local-process backend: each admitted workload runs as a process on this machine.
+
+A run is ``python -I <this folder>/runner.py --exit-file PATH -- argv...`` started in a new session
+(its own process group, so it survives a restart of the Jupyter server and a Ctrl-C in the server's
+terminal), with stdin from /dev/null and stdout + stderr appended to the log file. The wrapper records
+the job's exit code in the exit file, which is how a restarted server learns the outcome of a run it
+adopted (see runner.py).
+
+Lifecycle, driven by the service without threads: :meth:`LocalBackend.start`, then
+:meth:`LocalBackend.poll` every second or so (reaps finished runs, escalates stops), and
+:meth:`LocalBackend.stop` to cancel or preempt: SIGTERM to the process group now, SIGKILL when the
+grace period is over. When a run this backend started ends, whatever is left in its process group
+(processes the job started in the background) is killed, so that no GPU stays in use after its
+quota is released.
+
+Not thread-safe: one thread (the service's event loop) calls it. Linux: pid reuse is detected with
+the start time in ``/proc/<pid>/stat``; where /proc is absent only the pid is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import Conflict, ValidationError
+from .base import FAILED, SUCCEEDED, LaunchSpec, RunInfo, RunStatus
+
+log = logging.getLogger(__name__)
+
+RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
+LOST_MESSAGE = "lost while the server was down: the run ended without recording an exit code"
+
+
+def _read_stat(pid: int) -> Optional[tuple[str, int]]:
+    """(state letter, start time in clock ticks since boot) from /proc/<pid>/stat, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid ..." - comm may contain spaces and ')', so split after the last ')'.
+    fields = data[data.rfind(")") + 2:].split()
+    try:
+        return fields[0], int(fields[19])  # field 3 (state) and field 22 (starttime)
+    except (IndexError, ValueError):
+        return None
+
+
+def process_start_ticks(pid: int) -> int:
+    """Start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22); 0 if unknown."""
+    st = _read_stat(pid)
+    return st[1] if st else 0
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _describe_code(code: int, sig: Optional[int]) -> str:
+    if sig is not None:
+        return f"killed by {_signal_name(sig)} (exit code {code})"
+    return f"exited with code {code}"
+
+
+def read_exit_file(path: str) -> Optional[dict]:
+    """The runner's exit record ``{"exitCode": int, "signal": int | None, "finishedAt": float}``,
+    or None when the file is missing or unreadable (a bare integer is accepted too)."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read().strip()
+        mtime = os.path.getmtime(path)
+    except OSError:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(data, int) and not isinstance(data, bool):
+        data = {"exitCode": data}
+    if not isinstance(data, dict) or not isinstance(data.get("exitCode"), int):
+        return None
+    data.setdefault("signal", None)
+    if not isinstance(data.get("finishedAt"), (int, float)):
+        data["finishedAt"] = mtime
+    return data
+
+
+@dataclass
+class _Run:
+    uid: str
+    info: RunInfo
+    popen: Optional[subprocess.Popen] = None  # None: adopted after a restart (not our child)
+    stop_reason: Optional[str] = None
+    grace: float = 0.0
+    kill_at: Optional[float] = None  # time.monotonic() deadline for SIGKILL
+    killed: bool = False
+
+
+class LocalBackend:
+    """Runs workloads as local processes (the standalone mode's backend).
+
+    ``python_executable``: the Python that runs the wrapper (any Python ≥ 3.8; it only needs the
+    standard library). ``state_dir``: where exit files go (``<state_dir>/<uid>.exit``); by default
+    next to the log (``<log_path>.exit``). Raises ValidationError(field="python_executable") if that
+    Python is not an executable file.
+    """
+
+    def __init__(self, python_executable: str = sys.executable, state_dir: Optional[str] = None):
+        if not python_executable or not os.path.isfile(python_executable) or not os.access(python_executable, os.X_OK):
+            raise ValidationError(f"{python_executable!r} is not an executable file", field="python_executable")
+        self.python_executable = python_executable
+        self.state_dir = os.path.abspath(state_dir) if state_dir else None
+        if self.state_dir:
+            os.makedirs(self.state_dir, exist_ok=True)
+        self._runs: dict[str, _Run] = {}
+
+    # ------------------------------------------------------------------ start
+
+    @staticmethod
+    def _resolve(cmd: str, cwd: str, path_env: Optional[str]) -> str:
+        if "/" in cmd:
+            path = cmd if os.path.isabs(cmd) else os.path.join(cwd, cmd)
+            if not os.path.exists(path):
+                raise ValidationError(
+                    f"{cmd!r} not found (relative to the working directory {cwd})", field="command"
+                )
+            if os.path.isdir(path) or not os.access(path, os.X_OK):
+                raise ValidationError(f"{cmd!r} is not an executable file", field="command")
+            return os.path.abspath(path)
+        found = shutil.which(cmd, path=path_env)
+        if not found:
+            raise ValidationError(f"executable {cmd!r} not found on PATH", field="command")
+        return os.path.abspath(found)
+
+    def _exit_path(self, spec: LaunchSpec, log_path: str) -> str:
+        if self.state_dir:
+            safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.uid)
+            return os.path.join(self.state_dir, f"{safe}.exit")
+        return log_path + ".exit"
+
+    def start(self, spec: LaunchSpec) -> RunInfo:
+        """Start ``spec.argv`` in ``spec.cwd`` with ``os.environ`` + ``spec.env``; returns its RunInfo.
+
+        Raises ValidationError naming ``command`` (empty, not a list of strings, argv[0] not found on
+        PATH / relative to cwd, or not executable), ``workingDir`` (not a folder), ``env`` (a name or
+        value that is not a string, or a name with '=' or NUL), ``logPath`` (empty);
+        Conflict(field="uid") if that uid is already running here. Nothing is started on error.
+        """
+        if not isinstance(spec.uid, str) or not spec.uid:
+            raise ValidationError("must be a non-empty string", field="uid")
+        if spec.uid in self._runs:
+            raise Conflict(f"workload {spec.key} (uid {spec.uid}) is already running", field="uid")
+        argv = spec.argv
+        if not isinstance(argv, (list, tuple)) or not argv:
+            raise ValidationError("must be a non-empty list of arguments", field="command")
+        for i, a in enumerate(argv):
+            if not isinstance(a, str) or "\0" in a:
+                raise ValidationError(f"argument {i} must be a string without NUL characters", field="command")
+        if not argv[0]:
+            raise ValidationError("the executable (first argument) is empty", field="command")
+        if not isinstance(spec.cwd, str) or not os.path.isdir(spec.cwd):
+            raise ValidationError(f"working directory {spec.cwd!r} does not exist", field="workingDir")
+        cwd = os.path.abspath(spec.cwd)
+        env = dict(os.environ)
+        for k, v in (spec.env or {}).items():
+            if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+                raise ValidationError(f"invalid environment variable name {k!r}", field="env")
+            if not isinstance(v, str) or "\0" in v:
+                raise ValidationError(f"value of {k} must be a string without NUL characters", field="env")
+            env[k] = v
+        exe = self._resolve(argv[0], cwd, env.get("PATH", os.defpath))
+        if not spec.log_path:
+            raise ValidationError("a log file path is required", field="logPath")
+        log_path = os.path.abspath(spec.log_path)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        exit_path = self._exit_path(spec, log_path)
+        try:
+            os.unlink(exit_path)  # a stale record from an earlier run of the same uid
+        except FileNotFoundError:
+            pass
+        cmd = [self.python_executable, "-I", RUNNER, "--exit-file", exit_path, "--", exe, *argv[1:]]
+        started_at = time.time()
+        with open(log_path, "ab") as logf:
+            popen = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        info = RunInfo(
+            pid=popen.pid,
+            pgid=popen.pid,  # start_new_session: the wrapper leads its own session and group
+            start_ticks=process_start_ticks(popen.pid),
+            log_path=log_path,
+            exit_path=exit_path,
+            started_at=started_at,
+        )
+        self._runs[spec.uid] = _Run(spec.uid, info, popen)
+        log.debug("started %s (%s) pid %d: %s", spec.key, spec.uid, popen.pid, argv)
+        return info
+
+    # ------------------------------------------------------------------ liveness
+
+    @staticmethod
+    def _alive(info: RunInfo) -> bool:
+        """True if ``info.pid`` is a live (not zombie) process with ``info.start_ticks``."""
+        try:
+            os.kill(info.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return False  # someone else's process now
+        st = _read_stat(info.pid)
+        if st is None:
+            return not os.path.isdir("/proc")  # no procfs: trust the pid
+        state, ticks = st
+        return ticks == info.start_ticks and state not in ("Z", "X", "x")
+
+    def _exited(self, run: _Run) -> bool:
+        """True once the wrapper has exited (our child: without reaping it)."""
+        if run.popen is not None and run.popen.returncode is None:
+            try:
+                res = os.waitid(os.P_PID, run.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return not self._alive(run.info)  # reaped by someone else
+            return res is not None
+        if run.popen is not None:
+            return True
+        return not self._alive(run.info)
+
+    def _signal(self, run: _Run, sig: int) -> None:
+        if run.popen is None and not self._alive(run.info):
+            return  # adopted run already gone: its pgid may belong to someone else by now
+        try:
+            os.killpg(run.info.pgid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as e:
+            log.warning("cannot signal run %s (pgid %d): %s", run.uid, run.info.pgid, e)
+
+    def _note(self, run: _Run, text: str) -> None:
+        try:
+            with open(run.info.log_path, "a", encoding="utf-8") as f:
+                f.write(f"\n[gpuqueue] {text}\n")
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ stop / poll
+
+    def stop(self, uid: str, reason: str, grace_seconds: float = 10.0) -> None:
+        """Stop run ``uid``: SIGTERM to its process group now, SIGKILL once ``grace_seconds`` have
+        passed (sent by a later :meth:`poll`; at once when ``grace_seconds`` <= 0). Returns at once.
+        The run is then reported Failed with ``reason`` in its message. A uid that is not running,
+        or whose process has already ended, is left alone (its real outcome is reported)."""
+        run = self._runs.get(uid)
+        if run is None or self._exited(run):
+            return
+        grace = max(0.0, float(grace_seconds))
+        deadline = time.monotonic() + grace
+        if run.stop_reason is None:
+            run.stop_reason = reason or "stopped"
+            run.grace = grace
+            self._note(run, f"stopping: {run.stop_reason} (SIGTERM; SIGKILL after {grace:g} s)")
+        if run.kill_at is None or deadline < run.kill_at:
+            run.kill_at = deadline
+            run.grace = min(run.grace, grace)
+        if grace <= 0:
+            self._signal(run, signal.SIGKILL)
+            run.killed = True
+        else:
+            self._signal(run, signal.SIGTERM)
+
+    def poll(self) -> list[RunStatus]:
+        """Runs that finished since the last call (each reported once, then no longer tracked);
+        also sends SIGKILL to stopped runs whose grace period is over."""
+        out: list[RunStatus] = []
+        now = time.monotonic()
+        for uid, run in list(self._runs.items()):
+            if not self._exited(run):
+                if run.kill_at is not None and not run.killed and now >= run.kill_at:
+                    self._note(run, f"grace period of {run.grace:g} s is over: SIGKILL")
+                    self._signal(run, signal.SIGKILL)
+                    run.killed = True
+                continue
+            wrapper_code = self._reap(run) if run.popen is not None else None
+            del self._runs[uid]
+            out.append(self._status(run, wrapper_code))
+        return out
+
+    @staticmethod
+    def _reap(run: _Run) -> Optional[int]:
+        """Reap our exited wrapper; its wait status as Popen.returncode (None if someone else
+        reaped it). While it is a zombie it still holds its pid and process group, so what is left
+        in the group (background processes of the job) is killed first without risk of hitting a
+        reused process group."""
+        popen = run.popen
+        assert popen is not None
+        if popen.returncode is not None:
+            return popen.returncode
+        try:
+            os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            popen.returncode = 255  # reaped elsewhere (outcome comes from the exit file)
+            return None
+        try:
+            os.killpg(run.info.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            _, status = os.waitpid(popen.pid, 0)
+        except ChildProcessError:
+            popen.returncode = 255
+            return None
+        popen.returncode = os.waitstatus_to_exitcode(status)
+        return popen.returncode
+
+    def _status(self, run: _Run, wrapper_code: Optional[int]) -> RunStatus:
+        rec = read_exit_file(run.info.exit_path)
+        if rec is not None:
+            code, sig, finished_at = rec["exitCode"], rec["signal"], float(rec["finishedAt"])
+            if run.stop_reason is not None:
+                how = "killed after the grace period" if run.killed else _describe_code(code, sig)
+                return RunStatus(run.uid, FAILED, code, finished_at, f"{run.stop_reason}; {how}")
+            if code == 0:
+                return RunStatus(run.uid, SUCCEEDED, 0, finished_at, "exited with code 0")
+            return RunStatus(run.uid, FAILED, code, finished_at, _describe_code(code, sig))
+        # No exit record: the wrapper itself died (SIGKILL, OOM killer) or could not start.
+        finished_at = time.time()
+        if wrapper_code is not None and wrapper_code < 0:
+            code: Optional[int] = 128 - wrapper_code
+            what = f"was killed by {_signal_name(-wrapper_code)}"
+        elif wrapper_code is not None and wrapper_code >= 0:
+            code = wrapper_code
+            what = f"exited with code {wrapper_code}"
+        else:
+            code, what = None, "ended"
+        if run.stop_reason is not None:
+            how = "killed after the grace period" if run.killed else f"the job wrapper {what}"
+            return RunStatus(run.uid, FAILED, code, finished_at, f"{run.stop_reason}; {how}")
+        return RunStatus(
+            run.uid, FAILED, code, finished_at,
+            f"the job wrapper process {what} before it could record the job's exit code",
+        )
+
+    # ------------------------------------------------------------------ restart
+
+    def adopt(self, uid: str, info: RunInfo) -> bool:
+        """Track a run started before a server restart. True if ``info.pid`` is alive with the same
+        start time (``start_ticks``) and process group; False otherwise (then use
+        :meth:`finished_status`)."""
+        current = self._runs.get(uid)
+        if current is not None:
+            return current.info.pid == info.pid and current.info.start_ticks == info.start_ticks
+        if not self._alive(info):
+            return False
+        try:
+            if os.getpgid(info.pid) != info.pgid:
+                return False
+        except ProcessLookupError:
+            return False
+        self._runs[uid] = _Run(uid, info, popen=None)
+        log.debug("adopted run %s pid %d", uid, info.pid)
+        return True
+
+    def finished_status(self, uid: str, info: RunInfo) -> RunStatus:
+        """Outcome of a run that is no longer alive: from its exit file; else Failed with exit code
+        None and message "lost while the server was down …", finished at the log file's last
+        modification (the last sign of life), or now if there is no log."""
+        rec = read_exit_file(info.exit_path)
+        if rec is not None:
+            code, sig = rec["exitCode"], rec["signal"]
+            state = SUCCEEDED if code == 0 else FAILED
+            return RunStatus(uid, state, code, float(rec["finishedAt"]), _describe_code(code, sig))
+        try:
+            finished_at = max(info.started_at, os.path.getmtime(info.log_path))
+        except OSError:
+            finished_at = time.time()
+        return RunStatus(uid, FAILED, None, finished_at, LOST_MESSAGE)
+
+    def running(self) -> list[str]:
+        """uids being tracked (started or adopted, not yet reported by :meth:`poll`)."""
+        return list(self._runs)
+
+    def info(self, uid: str) -> Optional[RunInfo]:
+        """The RunInfo of a tracked run, or None."""
+        run = self._runs.get(uid)
+        return run.info if run else None

@@ -1,0 +1,81 @@
+"""The wrapper every local job runs under: ``python runner.py --exit-file PATH -- argv...``.
+
+It runs ``argv`` as its child (no shell), forwards SIGTERM, SIGINT and SIGHUP to it, waits, writes the
+child's exit code atomically (temporary file + ``os.replace``) to ``PATH`` and exits with the same
+code. A child killed by signal N is recorded as 128+N (the shell convention). If ``argv`` cannot be
+executed, the code is 127 (not found) or 126 (not executable) and the reason goes to stderr.
+
+The exit file is how the server learns the outcome of a run it did not start itself (after a
+restart, the wrapper is no longer its child): ``{"exitCode": int, "signal": int | null,
+"finishedAt": float}``.
+
+This module imports the standard library only, so that it runs under any Python (it is started by
+file path with ``-I``, so files in the job's folder cannot shadow the modules it imports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def write_exit_file(path: str, code: int, sig: int | None) -> None:
+    """Write ``{"exitCode", "signal", "finishedAt"}`` to ``path`` atomically and durably."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    data = json.dumps({"exitCode": code, "signal": sig, "finishedAt": time.time()})
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _parse(argv: list[str]) -> tuple[str, list[str]]:
+    if len(argv) < 4 or argv[0] != "--exit-file" or argv[2] != "--":
+        raise SystemExit("usage: runner.py --exit-file PATH -- COMMAND [ARG...]")
+    return argv[1], argv[3:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    exit_file, cmd = _parse(sys.argv[1:] if argv is None else argv)
+    child: subprocess.Popen | None = None
+    pending: list[int] = []
+
+    def forward(signum, _frame):
+        if child is None:
+            pending.append(signum)
+        else:
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    # Handlers first: a signal arriving while the child starts is forwarded once it exists.
+    for s in FORWARDED:
+        signal.signal(s, forward)
+    try:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, close_fds=True)
+    except (FileNotFoundError, PermissionError, OSError) as e:
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        print(f"gpuqueue runner: cannot execute {cmd[0]!r}: {e}", file=sys.stderr, flush=True)
+        write_exit_file(exit_file, code, None)
+        return code
+    for s in pending:
+        forward(s, None)
+    rc = child.wait()
+    sig = -rc if rc < 0 else None
+    code = 128 + sig if sig is not None else rc
+    write_exit_file(exit_file, code, sig)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

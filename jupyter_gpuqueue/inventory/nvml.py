@@ -1,0 +1,142 @@
+"""GPU discovery through NVML (``nvidia-ml-py``, imported as ``pynvml``).
+
+One node, named ``socket.gethostname()``, with every GPU NVML reports: index, UUID, product name,
+memory, and, for a GPU in MIG mode, its MIG devices (UUID; profile ``<slices>g.<memory>gb`` named
+the way NVIDIA's k8s-device-plugin / GPU Feature Discovery name them: ``gpuInstanceSliceCount`` and
+the MIG device's share of the GPU's memory rounded up to eighths, times the GPU's memory in whole
+GB). Node labels follow GPU Feature Discovery: ``nvidia.com/gpu.product`` (the first GPU's name,
+spaces replaced by '-'), ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` (MiB),
+``nvidia.com/mig.strategy`` ("mixed" if any GPU is in MIG mode, else "none"), and
+``kubernetes.io/hostname``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from typing import Any, Optional
+
+from ..engine.model import GpuDevice, Inventory, MigDevice, Node
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+GIB = 1024 * 1024 * 1024
+NVML_DEVICE_MIG_ENABLE = 1
+# nvmlGpuInstanceProfile ids of the whole-GPU profiles, largest first (nvml.h).
+_WHOLE_GPU_PROFILES = ((4, "7 slices"), (3, "4 slices"))
+
+
+def mig_memory_gb(total_memory_bytes: int, mig_memory_mib: int) -> int:
+    """The ``<memory>gb`` of a MIG profile name: the MIG device's share of the GPU's memory, rounded
+    up to eighths, times the GPU's memory in whole GB (rounded up), rounded (NVIDIA go-nvlib
+    ``getMigMemorySizeGB``). A100-80GB: 9856 MiB → 10, 40192 MiB → 40; A100-40GB: 4864 MiB → 5."""
+    if total_memory_bytes <= 0:
+        return int(math.ceil(mig_memory_mib / 1024))
+    frac = (mig_memory_mib * MIB) / total_memory_bytes
+    frac = math.ceil(frac * 8) / 8
+    total_gb = (total_memory_bytes + GIB - 1) // GIB
+    return int(round(frac * total_gb))
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _max_slices(nvml: Any, handle: Any) -> int:
+    fn = getattr(nvml, "nvmlDeviceGetGpuInstanceProfileInfo", None)
+    if fn is None:
+        return 7
+    for profile_id, _what in _WHOLE_GPU_PROFILES:
+        try:
+            info = fn(handle, profile_id)
+            n = int(getattr(info, "sliceCount", 0))
+            if 1 <= n <= 7:
+                return n
+        except Exception:  # NVML_ERROR_NOT_SUPPORTED / INVALID_ARGUMENT: not this profile
+            continue
+    return 7
+
+
+def _mig_devices(nvml: Any, handle: Any, total_bytes: int) -> Optional[list[MigDevice]]:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # NVML_ERROR_NOT_SUPPORTED: no MIG on this GPU
+        return None
+    if current != NVML_DEVICE_MIG_ENABLE:
+        return None
+    out: list[MigDevice] = []
+    for j in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mh = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)
+        except Exception:  # NVML_ERROR_NOT_FOUND: no MIG device at this index
+            continue
+        uuid = _text(nvml.nvmlDeviceGetUUID(mh))
+        attrs = nvml.nvmlDeviceGetAttributes(mh)
+        slices = int(attrs.gpuInstanceSliceCount)
+        gb = mig_memory_gb(total_bytes, int(attrs.memorySizeMB))
+        out.append(MigDevice(uuid=uuid, profile=f"{slices}g.{gb}gb", slices=slices))
+    return out
+
+
+def _discover(nvml: Any) -> Optional[Inventory]:
+    gpus: list[GpuDevice] = []
+    for i in range(int(nvml.nvmlDeviceGetCount())):
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            index = int(nvml.nvmlDeviceGetIndex(h)) if hasattr(nvml, "nvmlDeviceGetIndex") else i
+            uuid = _text(nvml.nvmlDeviceGetUUID(h))
+            name = _text(nvml.nvmlDeviceGetName(h))
+            total = int(nvml.nvmlDeviceGetMemoryInfo(h).total)
+            mig = _mig_devices(nvml, h, total)
+            max_slices = _max_slices(nvml, h) if mig is not None else 7
+        except Exception as e:  # one broken GPU (e.g. fallen off the bus) must not hide the others
+            log.debug("NVML: skipping GPU %d: %s", i, e)
+            continue
+        gpus.append(GpuDevice(index=index, uuid=uuid, product=name, memory_mib=total // MIB,
+                              mig=mig, max_slices=max_slices))
+    if not gpus:
+        return None
+    host = socket.gethostname()
+    labels = {
+        "kubernetes.io/hostname": host,
+        "nvidia.com/gpu.product": gpus[0].product.replace(" ", "-"),
+        "nvidia.com/gpu.count": str(len(gpus)),
+        "nvidia.com/gpu.memory": str(gpus[0].memory_mib),
+        "nvidia.com/mig.strategy": "mixed" if any(g.mig is not None for g in gpus) else "none",
+    }
+    return Inventory(nodes=[Node(name=host, labels=labels, gpus=gpus)], source="nvml")
+
+
+def discover(nvml: Any = None) -> Optional[Inventory]:
+    """The GPUs of this machine as an Inventory (``source="nvml"``), or None when NVML is absent
+    (no driver / no ``pynvml``) or reports no GPU. Never raises; reasons are logged at debug level.
+
+    ``nvml``: the ``pynvml`` module (default) or any object with the same functions (nvmlInit,
+    nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetIndex,
+    nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetMemoryInfo, nvmlDeviceGetMigMode,
+    nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetAttributes,
+    optionally nvmlDeviceGetGpuInstanceProfileInfo).
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError as e:
+            log.debug("NVML discovery: pynvml not importable: %s", e)
+            return None
+    try:
+        nvml.nvmlInit()
+    except Exception as e:
+        log.debug("NVML discovery: nvmlInit failed: %s", e)
+        return None
+    try:
+        return _discover(nvml)
+    except Exception as e:
+        log.debug("NVML discovery failed: %s", e, exc_info=True)
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass

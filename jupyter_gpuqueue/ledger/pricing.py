@@ -1,0 +1,156 @@
+"""GPU prices: USD per GPU-hour per ResourceFlavor, and what a MIG slice counts as.
+
+Rule (DESIGN.md "Costs"): a job is charged ``GPU-equivalents × price of its flavor × hours``. A whole
+GPU (``nvidia.com/gpu``) is one GPU-equivalent; a MIG slice ``nvidia.com/mig-<N>g.<mem>`` is charged
+by its share of the GPU's compute slices, ``N / 7`` (a ``1g.10gb`` slice of an A100 is 1/7 GPU).
+Other resources (cpu, memory) are not billed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+from ..errors import ValidationError
+
+#: USD per GPU-hour, the figures of DESIGN.md "Costs" (A100-80GB 2.21, A100-40GB 1.65, H100-80GB 3.75,
+#: L4 0.81) under the flavor names the demo and the seed examples use.
+DEFAULT_PRICES: dict[str, float] = {
+    "nvidia-a100": 2.21,
+    "a100-80gb": 2.21,
+    "a100-40gb": 1.65,
+    "nvidia-h100": 3.75,
+    "h100-80gb": 3.75,
+    "nvidia-l4": 0.81,
+    "l4": 0.81,
+}
+#: USD per GPU-hour of a flavor that is not listed (DESIGN.md).
+DEFAULT_PRICE = 2.0
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# nvidia.com/mig-1g.10gb, and the compute-instance form nvidia.com/mig-1c.3g.20gb (GPU slices = "3g");
+# an optional "+me" / ".me" media-extension suffix.
+_MIG_RE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:[.+]me)?$")
+
+
+def mig_gpu_slices(profile: str) -> int:
+    """GPU-instance slices of a MIG profile (``"1g.10gb"`` → 1, ``"3g.40gb"`` → 3).
+
+    Raises ValidationError(field="migProfile") when ``profile`` is not ``<N>g.<M>gb``.
+    """
+    m = _MIG_RE.match(profile)
+    if not m or int(m.group(2)) < 1:
+        raise ValidationError(
+            f"MIG profile {profile!r} is not of the form '<slices>g.<memory>gb' (e.g. '1g.10gb')",
+            field="migProfile",
+        )
+    return int(m.group(2))
+
+
+def _check_price(value, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationError(f"price must be a number (USD per GPU-hour), got {value!r}", field=field)
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError(f"price must be a finite number >= 0 (USD per GPU-hour), got {value}", field=field)
+    return value
+
+
+class Prices:
+    """Price list: USD per GPU-hour per ResourceFlavor.
+
+    ``per_flavor``: flavor name → USD per GPU-hour; ``None`` means :data:`DEFAULT_PRICES`.
+    ``default``: USD per GPU-hour of any flavor not listed. ``mig_slices_per_gpu``: compute slices of
+    a whole GPU (7 on A100/H100). Raises ValidationError naming ``flavors.<name>``, ``default`` or
+    ``migSlicesPerGpu`` for a negative / non-numeric value.
+    """
+
+    def __init__(
+        self,
+        per_flavor: Optional[dict[str, float]] = None,
+        default: float = DEFAULT_PRICE,
+        mig_slices_per_gpu: int = 7,
+    ):
+        source = DEFAULT_PRICES if per_flavor is None else per_flavor
+        if not isinstance(source, dict):
+            raise ValidationError("flavors must be a mapping of flavor name to USD per GPU-hour", field="flavors")
+        flavors: dict[str, float] = {}
+        for name, value in source.items():
+            if not isinstance(name, str) or not name:
+                raise ValidationError(f"flavor name must be a non-empty string, got {name!r}", field="flavors")
+            flavors[name] = _check_price(value, f"flavors.{name}")
+        self.default = _check_price(default, "default")
+        if isinstance(mig_slices_per_gpu, bool) or not isinstance(mig_slices_per_gpu, int) or mig_slices_per_gpu < 1:
+            raise ValidationError(
+                f"must be a positive integer, got {mig_slices_per_gpu!r}", field="migSlicesPerGpu"
+            )
+        self.per_flavor = flavors
+        self.mig_slices_per_gpu = mig_slices_per_gpu
+
+    def price(self, flavor: str) -> float:
+        """USD per GPU-hour of ``flavor``: its listed price; else, for ``<base>-mig``, the base
+        flavor's price (a MIG flavor is the same GPUs, split); else ``default``."""
+        if flavor in self.per_flavor:
+            return self.per_flavor[flavor]
+        if flavor.endswith("-mig"):
+            base = flavor[: -len("-mig")]
+            if base in self.per_flavor:
+                return self.per_flavor[base]
+        return self.default
+
+    def gpu_equivalent(self, resource: str, quantity: int) -> float:
+        """GPUs that ``quantity`` units of ``resource`` amount to.
+
+        ``nvidia.com/gpu`` → ``quantity``; ``nvidia.com/mig-<N>g.<mem>`` → ``quantity × N / 7``
+        (``mig_slices_per_gpu``); anything else → 0. Raises ValidationError(field="quantity") for a
+        negative quantity and (field="resource") for a malformed MIG resource name.
+        """
+        if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 0:
+            raise ValidationError(f"quantity must be an integer >= 0, got {quantity!r}", field="quantity")
+        if resource == GPU_RESOURCE:
+            return float(quantity)
+        if resource.startswith(MIG_RESOURCE_PREFIX):
+            try:
+                slices = mig_gpu_slices(resource[len(MIG_RESOURCE_PREFIX):])
+            except ValidationError as e:
+                raise ValidationError(f"{resource!r}: {e.message}", field="resource") from None
+            return quantity * slices / self.mig_slices_per_gpu
+        return 0.0
+
+    def usd_per_hour(self, flavor: str, resource: str, quantity: int) -> float:
+        """USD per hour of ``quantity`` units of ``resource`` in ``flavor``:
+        ``gpu_equivalent(resource, quantity) × price(flavor)``."""
+        return self.gpu_equivalent(resource, quantity) * self.price(flavor)
+
+    def to_json(self) -> dict:
+        """``{"currency": "USD", "flavors": {name: usd_per_gpu_hour}, "default": 2.0, "migSlicesPerGpu": 7}``
+        (the REST ``GET prices`` answer)."""
+        return {
+            "currency": "USD",
+            "flavors": dict(self.per_flavor),
+            "default": self.default,
+            "migSlicesPerGpu": self.mig_slices_per_gpu,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Prices":
+        """Inverse of :meth:`to_json`. Raises ValidationError naming the field (``currency`` must be
+        "USD" when present)."""
+        if not isinstance(data, dict):
+            raise ValidationError("prices must be a JSON object", field="prices")
+        unknown = set(data) - {"currency", "flavors", "default", "migSlicesPerGpu"}
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ValidationError("unknown field", field=name)
+        if data.get("currency", "USD") != "USD":
+            raise ValidationError(f"only USD is supported, got {data.get('currency')!r}", field="currency")
+        return cls(
+            per_flavor=data.get("flavors", {}),
+            default=data.get("default", DEFAULT_PRICE),
+            mig_slices_per_gpu=data.get("migSlicesPerGpu", 7),
+        )
+
+    def __repr__(self) -> str:
+        return f"Prices({self.per_flavor!r}, default={self.default!r}, mig_slices_per_gpu={self.mig_slices_per_gpu})"

@@ -1,0 +1,328 @@
+"""QueueService end to end without the web layer: real SQLite ledger, real local processes, real
+restarts. The loop is driven by calling ``tick()``, as the server's background task does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpuqueue.errors import Conflict, Forbidden, NotFound, ValidationError
+from jupyter_gpuqueue.service import create_service
+
+CLUSTER = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-a}
+spec: {nodeLabels: {model: a}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-b}
+spec: {nodeLabels: {model: b}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq-one}
+spec:
+  cohort: lab
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu-a
+      resources: [{name: nvidia.com/gpu, nominalQuota: 1}]
+    - name: gpu-b
+      resources: [{name: nvidia.com/gpu, nominalQuota: 0}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq-two}
+spec:
+  cohort: lab
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu-a
+      resources: [{name: nvidia.com/gpu, nominalQuota: 1}]
+    - name: gpu-b
+      resources: [{name: nvidia.com/gpu, nominalQuota: 2}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: one}
+spec: {clusterQueue: cq-one}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: two}
+spec: {clusterQueue: cq-two}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+INVENTORY = """
+nodes:
+- name: box-a
+  labels: {model: a}
+  gpus:
+  - {index: 0, uuid: GPU-00000000-0000-0000-0000-000000000000, product: Model A, memoryMiB: 1024}
+  - {index: 1, uuid: GPU-00000000-0000-0000-0000-000000000001, product: Model A, memoryMiB: 1024}
+- name: box-b
+  labels: {model: b}
+  gpus:
+  - {index: 0, uuid: GPU-00000000-0000-0000-0000-000000000010, product: Model B, memoryMiB: 1024}
+  - {index: 1, uuid: GPU-00000000-0000-0000-0000-000000000011, product: Model B, memoryMiB: 1024}
+"""
+
+PY = sys.executable
+
+
+@pytest.fixture
+def env(tmp_path):
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "inventory.yaml").write_text(INVENTORY)
+    (tmp_path / "root").mkdir()
+    services = []
+
+    def make(**kw):
+        svc = create_service(
+            config_paths=[str(tmp_path / "cluster.yaml")],
+            inventory_path=str(tmp_path / "inventory.yaml"),
+            db_url=f"sqlite:///{tmp_path / 'q.sqlite'}",
+            root_dir=str(tmp_path / "root"),
+            data_dir=str(tmp_path / "data"),
+            default_local_queue="one/q",
+            stop_grace_seconds=2.0,
+            **kw,
+        )
+        svc.restore()
+        services.append(svc)
+        return svc
+
+    yield make, tmp_path
+    for svc in services:
+        for uid in list(svc.backend.running()):
+            svc.backend.stop(uid, "test teardown", 0.5)
+        deadline = time.time() + 5
+        while svc.backend.running() and time.time() < deadline:
+            svc.backend.poll()
+            time.sleep(0.05)
+
+
+def wait(svc, pred, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        svc.tick()
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def state(svc, ns, name):
+    return svc.get_workload(ns, name)["state"]
+
+
+def test_submission_is_durable_before_it_is_acknowledged_and_runs_to_success(env):
+    make, tmp = env
+    svc = make()
+    w = svc.submit({"name": "hello", "command": [PY, "-c", "print('hi from the job')"], "gpus": 1,
+                    "maxRuntimeSeconds": 60}, user="alice")
+    assert w["state"] == "Pending" and w["positionInClusterQueue"] == 0
+    assert svc.ledger.find_workload("one", "hello")["state"] == "Pending"  # on disk already
+    wait(svc, lambda: state(svc, "one", "hello") == "Succeeded")
+    done = svc.get_workload("one", "hello")
+    assert done["exitCode"] == 0
+    assert done["admission"]["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "gpu-a"}
+    assert done["visibleDevices"] in ("0", "1")
+    assert done["costUsd"] > 0
+    assert "hi from the job" in svc.read_log("one", "hello", user="alice")["text"]
+
+
+def test_job_gets_its_devices_and_queue_variables(env):
+    make, tmp = env
+    svc = make()
+    code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['GPUQUEUE_WORKLOAD_NAME'], os.environ['GPUQUEUE_FLAVOR'])"
+    svc.submit({"name": "env", "command": [PY, "-c", code], "gpus": 2, "flavor": "gpu-b",
+                "localQueue": "two/q", "maxRuntimeSeconds": 60}, user="bob")
+    wait(svc, lambda: state(svc, "two", "env") == "Succeeded")
+    assert svc.read_log("two", "env", user="bob")["text"].split() == ["0,1", "env", "gpu-b"]
+
+
+def test_waits_with_position_while_another_team_holds_the_gpus_then_runs(env):
+    make, tmp = env
+    svc = make()
+    svc.submit({"name": "holder", "command": [PY, "-c", "import time; time.sleep(60)"], "gpus": 2,
+                "flavor": "gpu-b", "localQueue": "two/q"}, user="bob")
+    wait(svc, lambda: state(svc, "two", "holder") == "Running")
+    svc.submit({"name": "waiter", "command": [PY, "-c", "print(1)"], "gpus": 1, "flavor": "gpu-b"}, user="alice")
+    svc.submit({"name": "second", "command": [PY, "-c", "print(2)"], "gpus": 1, "flavor": "gpu-b"}, user="alice")
+    for _ in range(5):
+        svc.tick()
+    w = svc.get_workload("one", "waiter")
+    assert w["state"] == "Pending"
+    assert (w["positionInClusterQueue"], w["positionInLocalQueue"]) == (0, 0)
+    assert svc.get_workload("one", "second")["positionInLocalQueue"] == 1
+    assert w["reason"] == "NoFit" and "insufficient unused quota" in w["message"]
+    svc.cancel("two", "holder", user="bob")
+    wait(svc, lambda: state(svc, "one", "waiter") == "Succeeded" and state(svc, "one", "second") == "Succeeded")
+    assert state(svc, "two", "holder") == "Cancelled"
+
+
+def test_bad_input_names_the_field_and_changes_nothing(env):
+    make, tmp = env
+    svc = make()
+    base = {"command": [PY, "-c", "pass"], "gpus": 1}
+    cases = [
+        ({"flavor": "tpu"}, "flavor"),
+        ({"gpus": 0}, "gpus"),
+        ({"gpus": 9}, "gpus"),
+        ({"gpus": "two"}, "gpus"),
+        ({"localQueue": "nope/q"}, "localQueue"),
+        ({"priorityClass": "urgent"}, "priorityClass"),
+        ({"name": "Not_DNS"}, "name"),
+        ({"command": ["surely-not-a-command-xyz"]}, "command"),
+        ({"maxRuntime": "ten minutes"}, "maxRuntime"),
+        ({"migProfile": "9g.99gb"}, "migProfile"),
+        ({"script": "missing.py", "command": None}, "script"),
+    ]
+    for extra, field in cases:
+        with pytest.raises(ValidationError) as err:
+            svc.submit({**base, **extra}, user="alice")
+        assert err.value.field == field, (extra, err.value)
+    assert "exceeds max quota" in str(pytest.raises(ValidationError, svc.submit, {**base, "gpus": 9}, user="a").value)
+    assert svc.ledger.list_workloads() == []
+
+
+def test_duplicate_name_conflicts(env):
+    make, _ = env
+    svc = make()
+    svc.submit({"name": "dup", "command": [PY, "-c", "pass"]}, user="alice")
+    with pytest.raises(Conflict):
+        svc.submit({"name": "dup", "command": [PY, "-c", "pass"]}, user="alice")
+
+
+def test_only_the_owner_reads_logs_and_cancels(env):
+    make, _ = env
+    svc = make()
+    svc.submit({"name": "mine", "command": [PY, "-c", "pass"]}, user="alice")
+    with pytest.raises(Forbidden):
+        svc.read_log("one", "mine", user="mallory")
+    with pytest.raises(Forbidden):
+        svc.cancel("one", "mine", user="mallory")
+    with pytest.raises(NotFound):
+        svc.get_workload("one", "nothing")
+
+
+def test_restart_adopts_running_jobs_keeps_pending_ones_and_never_double_assigns(env):
+    make, tmp = env
+    a = make()
+    a.submit({"name": "long", "command": [PY, "-c", "import time; time.sleep(30)"], "gpus": 2, "flavor": "gpu-a",
+              "localQueue": "two/q"}, user="bob")
+    wait(a, lambda: state(a, "two", "long") == "Running")
+    a.submit({"name": "next", "command": [PY, "-c", "print('next')"], "gpus": 1, "flavor": "gpu-a"}, user="alice")
+    for _ in range(3):
+        a.tick()
+    assert state(a, "one", "next") == "Pending"
+    pid = a.get_workload("two", "long")
+    a.ledger.close()  # the server goes away; its jobs do not
+
+    b = make()
+    assert state(b, "two", "long") == "Running"
+    assert b.get_workload("one", "next")["positionInClusterQueue"] == 0
+    for _ in range(3):
+        b.tick()
+    assert state(b, "one", "next") == "Pending"  # the adopted job still holds both gpu-a devices
+    held = {d for n in b.inventory_view()["nodes"] for g in n["gpus"] if g["assignedTo"] for d in [g["assignedTo"]]}
+    assert held == {"two/long"}
+    b.cancel("two", "long", user="bob")
+    wait(b, lambda: state(b, "one", "next") == "Succeeded")
+    assert pid["visibleDevices"] == "0,1"
+
+
+def test_job_that_died_while_the_server_was_down_is_marked_failed(env):
+    make, tmp = env
+    a = make()
+    a.submit({"name": "victim", "command": [PY, "-c", "import time; time.sleep(30)"]}, user="alice")
+    wait(a, lambda: state(a, "one", "victim") == "Running")
+    run = a.ledger.find_workload("one", "victim")["run"]
+    a.ledger.close()
+    os.killpg(run["pgid"], signal.SIGKILL)
+    time.sleep(0.3)
+    b = make()
+    w = b.get_workload("one", "victim")
+    assert w["state"] == "Failed"
+    assert w["finishedAt"] is not None
+    assert b.ledger.open_intervals() == []
+
+
+def test_maximum_run_time_is_enforced(env):
+    make, _ = env
+    svc = make()
+    svc.submit({"name": "slow", "command": [PY, "-c", "import time; time.sleep(60)"], "maxRuntimeSeconds": 1},
+               user="alice")
+    wait(svc, lambda: state(svc, "one", "slow") == "Failed", timeout=30)
+    w = svc.get_workload("one", "slow")
+    assert w["reason"] == "MaximumExecutionTimeExceeded"
+
+
+def test_script_submission_runs_with_the_server_python(env):
+    make, tmp = env
+    svc = make()
+    (tmp / "root" / "job.py").write_text("import sys; print(sys.executable)\n")
+    w = svc.submit({"script": "job.py", "gpus": 1}, user="alice")
+    assert w["name"].startswith("job-")
+    wait(svc, lambda: state(svc, "one", w["name"]) == "Succeeded")
+    assert svc.read_log("one", w["name"], user="alice")["text"].strip() == svc.python_executable
+
+
+def test_estimate_uses_the_flavor_price_and_max_runtime(env):
+    make, _ = env
+    svc = make(prices={"gpu-a": 2.0, "gpu-b": 4.0})
+    e = svc.estimate({"gpus": 2, "flavor": "gpu-a", "maxRuntime": "30m"}, user="alice")
+    assert e["costUsd"] == pytest.approx(2.0)
+    assert e["gpuHours"] == pytest.approx(1.0)
+    any_ = svc.estimate({"gpus": 1, "flavor": "any", "maxRuntime": "1h"}, user="alice")
+    assert any_["flavor"] == "gpu-b" and any_["costUsd"] == pytest.approx(4.0)  # the dearest it may land on
+
+
+def test_manifest_submission(env):
+    make, tmp = env
+    svc = make()
+    text = f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: from-yaml
+  namespace: two
+  labels: {{kueue.x-k8s.io/queue-name: q, kueue.x-k8s.io/priority-class: high}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: ignored-locally
+        command: ["{PY}", "-c", "print('yaml job')"]
+        resources: {{limits: {{nvidia.com/gpu: 1}}}}
+"""
+    (w,) = svc.submit_manifest(text, user="bob")
+    assert w["priority"] == 1000 and w["localQueue"] == "q"
+    wait(svc, lambda: state(svc, "two", "from-yaml") == "Succeeded")
+    with pytest.raises(ValidationError) as err:
+        svc.submit_manifest("kind: Job\napiVersion: batch/v1\nmetadata: {name: x}\nspec: {parallelism: -1}", user="bob")
+    assert err.value.field
