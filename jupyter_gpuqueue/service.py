@@ -36,7 +36,7 @@ from .backends.base import Backend, LaunchSpec, RunInfo
 from .engine import serialize
 from .engine.errors import ManifestError
 from .engine.flavors import flavor_eligible
-from .engine.manifests import load_text, parse_duration, parse_workload_document
+from .engine.manifests import load_text, parse_duration, parse_workload_document, parse_yaml_documents
 from .engine.model import (
     GPU,
     MIG_PREFIX,
@@ -621,12 +621,10 @@ class QueueService:
         The whole text is validated first; nothing is queued unless every document is valid."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("empty manifest", "manifest")
-        import yaml
-
         try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as exc:
-            raise ValidationError(f"not valid YAML: {exc}", "manifest") from None
+            docs = parse_yaml_documents(text, "manifest")
+        except ManifestError as exc:
+            raise ValidationError(str(exc), exc.field or "manifest") from None
         prepared = []
         for i, doc in enumerate(docs):
             if not isinstance(doc, dict):
