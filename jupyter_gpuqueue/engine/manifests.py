@@ -608,9 +608,12 @@ _OBJECT_META_FIELDS = (
 )
 
 
-def _container_requests(c: Any, path: str, seen_names: set[str]) -> dict[str, int]:
+def _container_requests(c: Any, path: str, seen_names: set[str], pod_validation: bool = True) -> dict[str, int]:
     """One container's requests after Kubernetes defaulting (request := limit when absent), in
-    canonical units, validated as ``ValidateResourceRequirements`` does."""
+    canonical units, validated as ``ValidateResourceRequirements`` does. Without
+    ``pod_validation`` (a Kueue Workload's PodSet template, which the API server does not validate
+    as a Pod: Kueue's own tests give extended resources as requests only) the rule that extended
+    resources need a limit equal to the request is not applied."""
     c = _mapping(c, path, required=True)
     name = _dns_label(c.get("name"), _child(path, "name"))
     if name in seen_names:
@@ -637,7 +640,7 @@ def _container_requests(c: Any, path: str, seen_names: set[str]) -> dict[str, in
         extended = _is_extended_resource(rname)
         if extended and q.denominator != 1:
             raise _invalid(p, raw, "must be an integer")
-        overcommit = not extended and not _is_hugepages(rname)
+        overcommit = (not extended and not _is_hugepages(rname)) or not pod_validation
         if rname in limits:
             lq, lraw = limits[rname]
             if not overcommit and q != lq:
@@ -660,7 +663,8 @@ def _max_into(into: dict[str, int], other: dict[str, int]) -> None:
 
 
 def _pod_template(
-    template: Any, path: str, *, job_restart_policy: bool = False, containers_required: bool = True
+    template: Any, path: str, *, job_restart_policy: bool = False, containers_required: bool = True,
+    pod_validation: bool = True,
 ) -> _PodInfo:
     """A PodTemplateSpec → per-pod requests (canonical units), nodeSelector, tolerations and
     ``priorityClassName``.
@@ -690,12 +694,12 @@ def _pod_template(
     names: set[str] = set()
     total: dict[str, int] = {}
     for i, c in enumerate(containers):
-        _add(total, _container_requests(c, _index(cpath, i), names))
+        _add(total, _container_requests(c, _index(cpath, i), names, pod_validation))
     ipath = _child(spath, "initContainers")
     init_max: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     for i, c in enumerate(_sequence(spec.get("initContainers"), ipath)):
-        reqs = _container_requests(c, _index(ipath, i), names)
+        reqs = _container_requests(c, _index(ipath, i), names, pod_validation)
         restart = _string(_mapping(c, _index(ipath, i)).get("restartPolicy"),
                           _child(_index(ipath, i), "restartPolicy"))
         if restart == "Always":
@@ -840,6 +844,7 @@ class _Draft:
     kind: str
     name: str
     priority: Optional[_PriorityRef]  # None: fixed (a Workload object)
+    source: str = ""  # the file it came from, when several are loaded together
 
 
 def _split_api_version(api_version: str) -> tuple[str, str]:
@@ -1420,7 +1425,7 @@ class _Builder:
         )
         if fixed_priority is not None:
             wl.priority, wl.priority_class, wl.priority_class_kind = fixed_priority
-        draft = _Draft(workload=wl, index=self._index, kind=kind, name=name, priority=priority)
+        draft = _Draft(workload=wl, index=self._index, kind=kind, name=name, priority=priority, source=self.source)
         self.drafts.append(draft)
         return draft
 
@@ -1625,7 +1630,7 @@ class _Builder:
             if ps.get("topologyRequest") is not None:
                 _mapping(ps["topologyRequest"], _child(ipath, "topologyRequest"))
                 self.warn(_child(ipath, "topologyRequest"), "ignored: topology-aware scheduling is not supported")
-            info = _pod_template(ps.get("template"), _child(ipath, "template"))
+            info = _pod_template(ps.get("template"), _child(ipath, "template"), pod_validation=False)
             pod_sets.append(model.PodSet(name=psname, count=count, requests=info.requests, min_count=min_count,
                                          node_selector=info.node_selector, tolerations=info.tolerations))
         if with_min > 1:
@@ -1744,7 +1749,8 @@ class _Builder:
                 else:
                     wl.priority, wl.priority_class, wl.priority_class_kind = 0, None, None
         except ManifestError as exc:
-            raise exc.located(source=self.source, index=draft.index, kind=draft.kind, name=draft.name) from None
+            raise exc.located(source=draft.source or self.source, index=draft.index, kind=draft.kind,
+                              name=draft.name) from None
 
     def result(self) -> Manifests:
         for draft in self.drafts:
@@ -1792,6 +1798,26 @@ def load_documents(docs: list, source: str = "<input>") -> Manifests:
         if doc is None:
             continue
         builder.add(doc, index)
+    return builder.result()
+
+
+def load_texts(texts: list[tuple[str, str]]) -> Manifests:
+    """Load several YAML streams as one: ``texts`` are (source name, text) pairs, read in order.
+
+    Objects may refer across files (a Job in one file naming a PriorityClass of another); a
+    duplicate object across files is an error. Errors name the file they come from."""
+    builder = None
+    for source, text in texts:
+        docs = _parse_yaml(text, source)
+        if builder is None:
+            builder = _Builder(source)
+        builder.source = source
+        for index, doc in enumerate(docs):
+            if doc is None:
+                continue
+            builder.add(doc, index)
+    if builder is None:
+        return Manifests(config=model.ClusterConfig(), workloads=[], ignored=[], warnings=[])
     return builder.result()
 
 

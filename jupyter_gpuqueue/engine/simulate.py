@@ -19,31 +19,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .errors import ManifestError
-from .manifests import load_text
+from .manifests import load_texts
 from .model import ClusterConfig, Workload
 from .scheduler import Scheduler, SchedulerOptions
 
 
 def simulate_text(texts: list[tuple[str, str]], options: Optional[SchedulerOptions] = None) -> dict:
     """Simulate the objects in ``texts`` — (source name, YAML text) pairs, read in order."""
-    config = ClusterConfig()
-    workloads: list[Workload] = []
-    seen: dict[str, str] = {}
-    for source, text in texts:
-        m = load_text(text, source)
-        config.merge(m.config)
-        for wl in m.workloads:
-            if wl.key in seen:
-                raise ManifestError(
-                    f"duplicate workload {wl.key} (first in {seen[wl.key]})",
-                    "metadata.name",
-                    source=source,
-                    kind="Workload",
-                    name=wl.name,
-                )
-            seen[wl.key] = source
-            workloads.append(wl)
+    m = load_texts(texts)
+    config, workloads = m.config, list(m.workloads)
     return simulate(config, workloads, options)
 
 
