@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv at the repository root (if missing) and install the package with the given extra.
+# The editable install builds the JupyterLab extension (labextension/) through the hatch
+# jupyter-builder hook, which brings jlpm in its isolated build environment; Node.js must be on PATH.
 # Usage: scripts/setup-venv.sh demo|test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,7 +10,6 @@ python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
+export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pip install --quiet --upgrade pip
-# The editable install builds the JupyterLab extension (labextension/) with jlpm from jupyter-builder.
-.venv/bin/python -m pip install --quiet "jupyter-builder>=1.2,<2" "hatch-jupyter-builder>=0.9" "hatch-nodejs-version>=0.3.2" hatchling
-.venv/bin/python -m pip install --quiet --no-build-isolation -e ".[$extra]"
+.venv/bin/python -m pip install --quiet -e ".[$extra]"

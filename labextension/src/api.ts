@@ -1,0 +1,358 @@
+/**
+ * Typed client for the jupyter_gpuqueue REST API (docs/rest-api.md).
+ *
+ * Every request goes through `ServerConnection.makeRequest`, which adds the token header or the
+ * XSRF header of the browser session. Never use a bare `fetch` here.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** The URL namespace of the server extension, below the server's base URL. */
+export const API_NAMESPACE = 'gpuqueue/api';
+
+export type WorkloadState =
+  | 'Pending'
+  | 'Admitted'
+  | 'Running'
+  | 'Succeeded'
+  | 'Failed'
+  | 'Cancelled';
+
+export const FINISHED_STATES: ReadonlyArray<WorkloadState> = [
+  'Succeeded',
+  'Failed',
+  'Cancelled'
+];
+
+export interface IPodSet {
+  name: string;
+  count: number;
+  requests: Record<string, string>;
+}
+
+export interface IPodSetAssignment {
+  name: string;
+  count: number;
+  flavors: Record<string, string>;
+  resourceUsage: Record<string, string>;
+}
+
+export interface IPlacement {
+  podSet: string;
+  podIndex: number;
+  node: string;
+  devices: string[];
+  resource: string;
+}
+
+export interface IWorkload {
+  uid: string;
+  name: string;
+  namespace: string;
+  localQueue: string;
+  clusterQueue: string;
+  owner: string;
+  state: WorkloadState;
+  reason?: string | null;
+  message?: string | null;
+  priorityClass?: string | null;
+  priority?: number | null;
+  positionInClusterQueue?: number | null;
+  positionInLocalQueue?: number | null;
+  podSets: IPodSet[];
+  admission?: {
+    clusterQueue: string;
+    podSetAssignments: IPodSetAssignment[];
+  } | null;
+  placement?: IPlacement[] | null;
+  visibleDevices?: string | null;
+  command?: string[];
+  workingDir?: string;
+  maxRuntimeSeconds?: number;
+  createdAt: number;
+  admittedAt?: number | null;
+  startedAt?: number | null;
+  finishedAt?: number | null;
+  exitCode?: number | null;
+  evictions?: number;
+  costUsd?: number;
+  estimatedCostUsd?: number;
+  pricePerHourUsd?: number;
+  estimatedStartAt?: number | null;
+}
+
+export interface ISubmitRequest {
+  name?: string;
+  localQueue?: string;
+  command?: string[];
+  script?: string;
+  args?: string[];
+  workingDir?: string;
+  gpus?: number;
+  migProfile?: string | null;
+  flavor?: string;
+  priorityClass?: string;
+  maxRuntimeSeconds?: number;
+  maxRuntime?: string;
+  env?: Record<string, string>;
+}
+
+export interface IEstimate {
+  gpuHours: number;
+  costUsd: number;
+  pricePerHourUsd: number;
+  flavor: string;
+  resource: string;
+  quantity: number;
+  maxRuntimeSeconds: number;
+}
+
+export interface ILocalQueueRef {
+  namespace: string;
+  name: string;
+  clusterQueue: string;
+}
+
+export interface IPriorityClass {
+  name: string;
+  value: number;
+  kind?: string;
+  description?: string;
+}
+
+export interface IInfo {
+  user: string;
+  mode: string;
+  version: string;
+  localQueues: ILocalQueueRef[];
+  defaultLocalQueue: string | null;
+  flavors: string[];
+  migProfiles: string[];
+  priorityClasses: IPriorityClass[];
+  defaultPriorityClass: string | null;
+  pythonExecutable?: string;
+}
+
+export interface IQueueResource {
+  flavor: string;
+  resource: string;
+  nominalQuota: string;
+  borrowingLimit?: string | null;
+  lendingLimit?: string | null;
+  usage: string;
+  borrowed: string;
+}
+
+export interface IPendingEntry {
+  namespace: string;
+  name: string;
+  localQueue: string;
+  owner: string;
+  priority: number;
+  positionInClusterQueue: number;
+  positionInLocalQueue: number;
+  reason?: string | null;
+  message?: string | null;
+  createdAt: number;
+}
+
+export interface IClusterQueue {
+  name: string;
+  cohort?: string | null;
+  queueingStrategy?: string;
+  resources: IQueueResource[];
+  pendingWorkloads: number;
+  admittedWorkloads: number;
+  pending: IPendingEntry[];
+}
+
+export interface IQueues {
+  clusterQueues: IClusterQueue[];
+  localQueues: Array<
+    ILocalQueueRef & { pendingWorkloads: number; admittedWorkloads: number }
+  >;
+}
+
+export interface IInventorySummary {
+  flavor: string;
+  resource: string;
+  free: number;
+  total: number;
+}
+
+export interface IInventory {
+  source: string;
+  summary: IInventorySummary[];
+  nodes: unknown[];
+}
+
+export interface IPrices {
+  currency: string;
+  flavors: Record<string, number>;
+  default: number;
+  migSlicesPerGpu: number;
+}
+
+export interface ILogChunk {
+  text: string;
+  offset: number;
+  nextOffset: number;
+  eof: boolean;
+  size: number;
+}
+
+/** An event of the websocket `gpuqueue/api/events`. */
+export type QueueEvent =
+  | { type: 'hello'; user: string }
+  | { type: 'workload'; workload: IWorkload }
+  | { type: 'queues' }
+  | { type: 'inventory' }
+  | { type: 'ping' };
+
+/** An error answered by the API: `{"message", "reason", "field"}`. */
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly reason?: string,
+    readonly field?: string
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+/** `namespace/name`, the key of a workload everywhere in the panel. */
+export function workloadKey(w: { namespace: string; name: string }): string {
+  return `${w.namespace}/${w.name}`;
+}
+
+/**
+ * The REST client. One instance per panel; `serverSettings` come from the application's
+ * ServiceManager so that base URL, token and XSRF cookie are right in JupyterLab and JupyterHub.
+ */
+export class GpuQueueClient {
+  constructor(
+    readonly serverSettings: ServerConnection.ISettings = ServerConnection.makeSettings()
+  ) {}
+
+  /** Call `gpuqueue/api/<endPoint>` and parse the JSON answer; throw ApiError on a 4xx/5xx. */
+  async request<T>(
+    endPoint: string,
+    init: RequestInit = {},
+    query?: Record<string, string | number | boolean | undefined>
+  ): Promise<T> {
+    let url = URLExt.join(this.serverSettings.baseUrl, API_NAMESPACE, endPoint);
+    if (query) {
+      const params = Object.entries(query)
+        .filter(([, v]) => v !== undefined)
+        .map(
+          ([k, v]) =>
+            `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`
+        )
+        .join('&');
+      if (params) {
+        url += `?${params}`;
+      }
+    }
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        url,
+        init,
+        this.serverSettings
+      );
+    } catch (error) {
+      throw new ServerConnection.NetworkError(error as TypeError);
+    }
+    const text = await response.text();
+    let data: any = null;
+    if (text.length > 0) {
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = text;
+      }
+    }
+    if (!response.ok) {
+      const body = data && typeof data === 'object' ? data : {};
+      const message =
+        body.message ||
+        (typeof data === 'string' && data) ||
+        response.statusText ||
+        `HTTP ${response.status}`;
+      throw new ApiError(message, response.status, body.reason, body.field);
+    }
+    return data as T;
+  }
+
+  info(): Promise<IInfo> {
+    return this.request<IInfo>('info');
+  }
+
+  prices(): Promise<IPrices> {
+    return this.request<IPrices>('prices');
+  }
+
+  async workloads(): Promise<IWorkload[]> {
+    const answer = await this.request<{ items: IWorkload[] }>(
+      'workloads',
+      {},
+      { mine: true }
+    );
+    return answer.items;
+  }
+
+  submit(body: ISubmitRequest): Promise<IWorkload> {
+    return this.request<IWorkload>('workloads', {
+      method: 'POST',
+      body: JSON.stringify(body)
+    });
+  }
+
+  estimate(body: ISubmitRequest, signal?: AbortSignal): Promise<IEstimate> {
+    return this.request<IEstimate>('estimate', {
+      method: 'POST',
+      body: JSON.stringify(body),
+      signal
+    });
+  }
+
+  cancel(namespace: string, name: string): Promise<IWorkload> {
+    return this.request<IWorkload>(
+      `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`,
+      { method: 'DELETE' }
+    );
+  }
+
+  logs(
+    namespace: string,
+    name: string,
+    offset: number,
+    limit = 262144
+  ): Promise<ILogChunk> {
+    return this.request<ILogChunk>(
+      `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/logs`,
+      {},
+      { offset, limit }
+    );
+  }
+
+  queues(): Promise<IQueues> {
+    return this.request<IQueues>('queues');
+  }
+
+  inventory(): Promise<IInventory> {
+    return this.request<IInventory>('inventory');
+  }
+
+  /** The websocket URL of the event stream, with `?token=` when the settings ask for it. */
+  eventsUrl(): string {
+    const settings = this.serverSettings;
+    let url = URLExt.join(settings.wsUrl, API_NAMESPACE, 'events');
+    if (settings.appendToken && settings.token) {
+      url += `?token=${encodeURIComponent(settings.token)}`;
+    }
+    return url;
+  }
+}

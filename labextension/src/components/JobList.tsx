@@ -1,0 +1,353 @@
+/**
+ * The user's workloads, live: state badge, queue position and reason while pending, assigned
+ * flavor and devices, cost so far (ticking while running), Cancel, and a Logs toggle.
+ */
+import * as React from 'react';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+
+import { ApiError, IWorkload, workloadKey } from '../api';
+import {
+  ago,
+  assignedDevices,
+  assignedFlavors,
+  costSoFar,
+  describeRequest,
+  formatClock,
+  formatDuration,
+  formatUsd,
+  isFinished
+} from '../format';
+import { IWorkloadEntry, QueueModel } from '../model';
+
+/** Re-render every `ms` while `active`: drives the cost ticker and run clocks. */
+function useTicker(active: boolean, ms = 1000): number {
+  const [now, setNow] = React.useState(Date.now());
+  React.useEffect(() => {
+    if (!active) {
+      return;
+    }
+    const t = window.setInterval(() => setNow(Date.now()), ms);
+    return () => window.clearInterval(t);
+  }, [active, ms]);
+  return active ? now : Date.now();
+}
+
+export function StateBadge(props: { state: string }): JSX.Element {
+  return (
+    <span
+      className={`jp-gpuqueue-badge jp-gpuqueue-badge-${props.state.toLowerCase()}`}
+    >
+      {props.state}
+    </span>
+  );
+}
+
+export function JobList(props: {
+  model: QueueModel;
+  highlight: string | null;
+}): JSX.Element {
+  const entries = props.model.workloads;
+  const anyRunning = entries.some(e => e.workload.state === 'Running');
+  const now = useTicker(anyRunning);
+  if (entries.length === 0) {
+    return (
+      <div className="jp-gpuqueue-muted jp-gpuqueue-empty">
+        No jobs yet. Submit one above, run <code>%%gpujob</code> in a notebook,
+        or right-click a <code>.py</code> file.
+      </div>
+    );
+  }
+  return (
+    <ul className="jp-gpuqueue-jobs">
+      {entries.map(e => (
+        <JobRow
+          key={workloadKey(e.workload)}
+          entry={e}
+          model={props.model}
+          now={now}
+          highlight={props.highlight === workloadKey(e.workload)}
+        />
+      ))}
+    </ul>
+  );
+}
+
+function JobRow(props: {
+  entry: IWorkloadEntry;
+  model: QueueModel;
+  now: number;
+  highlight: boolean;
+}): JSX.Element {
+  const { workload: w, receivedAt } = props.entry;
+  const { model, now } = props;
+  const key = workloadKey(w);
+  const finished = isFinished(w);
+  const [showLogs, setShowLogs] = React.useState(false);
+  const [cancelling, setCancelling] = React.useState(false);
+  const [error, setError] = React.useState<string | null>(null);
+
+  const cancel = async () => {
+    if (w.state === 'Running') {
+      const result = await showDialog({
+        title: 'Cancel running job?',
+        body: `${key} is running; cancelling stops it now. It is billed for the time it ran.`,
+        buttons: [
+          Dialog.cancelButton({ label: 'Keep running' }),
+          Dialog.warnButton({ label: 'Cancel job' })
+        ]
+      });
+      if (!result.button.accept) {
+        return;
+      }
+    }
+    setCancelling(true);
+    setError(null);
+    try {
+      const requestedAt = Date.now();
+      model.upsert(await model.client.cancel(w.namespace, w.name), requestedAt);
+    } catch (err) {
+      setError(err instanceof ApiError ? err.message : String(err));
+    } finally {
+      setCancelling(false);
+    }
+  };
+
+  const flavors = assignedFlavors(w);
+  const devices = assignedDevices(w);
+  const cost = costSoFar(w, receivedAt, now);
+  const runSeconds =
+    w.startedAt != null
+      ? (w.finishedAt ?? now / 1000) - w.startedAt
+      : null;
+
+  return (
+    <li
+      className={`jp-gpuqueue-job ${props.highlight ? 'jp-mod-highlight' : ''}`}
+      data-gpuqueue-job={key}
+      data-state={w.state}
+    >
+      <div className="jp-gpuqueue-job-head">
+        <span className="jp-gpuqueue-job-name" title={key}>
+          {w.name}
+        </span>
+        <StateBadge state={w.state} />
+      </div>
+      <div className="jp-gpuqueue-job-meta">
+        {[
+          describeRequest(w),
+          `${w.namespace}/${w.localQueue}`,
+          w.priorityClass ?? undefined
+        ]
+          .filter(Boolean)
+          .join(' · ')}
+      </div>
+
+      {w.state === 'Pending' && (
+        <>
+          {w.positionInLocalQueue != null && (
+            <div className="jp-gpuqueue-position">
+              position {w.positionInLocalQueue + 1} in {w.localQueue}
+              {w.positionInClusterQueue != null &&
+                ` · ${w.positionInClusterQueue + 1} in ${w.clusterQueue}`}
+            </div>
+          )}
+          {(w.reason || w.message) && (
+            <div className="jp-gpuqueue-reason" title={w.message ?? ''}>
+              waiting: {w.reason ?? 'Pending'}
+              {w.message ? ` — ${w.message}` : ''}
+            </div>
+          )}
+          {w.estimatedStartAt != null && (
+            <div className="jp-gpuqueue-muted">
+              estimated start{' '}
+              {w.estimatedStartAt * 1000 > now
+                ? `in ${formatDuration(w.estimatedStartAt - now / 1000)}`
+                : 'soon'}
+            </div>
+          )}
+        </>
+      )}
+
+      {(flavors.length > 0 || devices) && (
+        <div className="jp-gpuqueue-assigned">
+          {flavors.length > 0 && (
+            <span className="jp-gpuqueue-flavor">{flavors.join(', ')}</span>
+          )}
+          {devices && <span className="jp-gpuqueue-devices">{devices}</span>}
+        </div>
+      )}
+
+      {finished && (w.state === 'Failed' || w.state === 'Cancelled') && (
+        <FinishedReason w={w} />
+      )}
+
+      <div className="jp-gpuqueue-job-foot">
+        <span
+          className="jp-gpuqueue-cost"
+          data-cost={cost.toFixed(6)}
+          title={
+            w.pricePerHourUsd
+              ? `${formatUsd(w.pricePerHourUsd)}/h for this job`
+              : undefined
+          }
+        >
+          {formatUsd(cost)}
+          {w.state === 'Running' && <span className="jp-gpuqueue-unit"> so far</span>}
+        </span>
+        {!finished && w.estimatedCostUsd != null && (
+          <span className="jp-gpuqueue-muted" title="Upper bound: the max run time at this price">
+            of ≤ {formatUsd(w.estimatedCostUsd)}
+          </span>
+        )}
+        <span className="jp-gpuqueue-muted jp-gpuqueue-clock">
+          {runSeconds != null
+            ? `${w.state === 'Running' ? 'running' : 'ran'} ${formatClock(runSeconds)}`
+            : `submitted ${ago(w.createdAt, now)}`}
+        </span>
+        <span className="jp-gpuqueue-job-actions">
+          <button
+            type="button"
+            className="jp-gpuqueue-link"
+            aria-expanded={showLogs}
+            onClick={() => setShowLogs(!showLogs)}
+          >
+            {showLogs ? 'Hide logs' : 'Logs'}
+          </button>
+          {!finished && (
+            <button
+              type="button"
+              className="jp-gpuqueue-link jp-gpuqueue-cancel"
+              disabled={cancelling}
+              onClick={() => void cancel()}
+            >
+              {cancelling ? 'Cancelling…' : 'Cancel'}
+            </button>
+          )}
+        </span>
+      </div>
+      {error && <div className="jp-gpuqueue-form-error">{error}</div>}
+      {showLogs && <LogView model={model} workload={w} />}
+    </li>
+  );
+}
+
+/** Why a job failed or was cancelled: exit code, reason, message, without repeats. */
+function FinishedReason(props: { w: IWorkload }): JSX.Element | null {
+  const { w } = props;
+  const parts: string[] = [];
+  for (const p of [
+    w.exitCode != null && w.exitCode !== 0 ? `exit code ${w.exitCode}` : null,
+    w.reason,
+    w.message
+  ]) {
+    if (p && !parts.some(q => q.toLowerCase() === p.toLowerCase())) {
+      parts.push(p);
+    }
+  }
+  return parts.length ? <div className="jp-gpuqueue-reason">{parts.join(' — ')}</div> : null;
+}
+
+const MAX_LOG_CHARS = 200000;
+
+/** The job's log, fetched by offset and followed while the job may still write. */
+function LogView(props: { model: QueueModel; workload: IWorkload }): JSX.Element {
+  const { model, workload: w } = props;
+  const [text, setText] = React.useState('');
+  const [error, setError] = React.useState<string | null>(null);
+  const [done, setDone] = React.useState(false);
+  const pre = React.useRef<HTMLPreElement>(null);
+  const finishedRef = React.useRef(isFinished(w));
+  finishedRef.current = isFinished(w);
+
+  React.useEffect(() => {
+    let offset = 0;
+    let stopped = false;
+    setText('');
+    setDone(false);
+    let timer = 0;
+    const step = async () => {
+      try {
+        // Read until the end of what is there now.
+        for (;;) {
+          const chunk = await model.client.logs(w.namespace, w.name, offset);
+          if (stopped) {
+            return;
+          }
+          if (chunk.text) {
+            setText(t => {
+              const next = t + chunk.text;
+              return next.length > MAX_LOG_CHARS
+                ? next.slice(next.length - MAX_LOG_CHARS)
+                : next;
+            });
+          }
+          const advanced = chunk.nextOffset > offset;
+          offset = chunk.nextOffset;
+          if (chunk.eof || !advanced) {
+            break;
+          }
+        }
+        setError(null);
+        if (finishedRef.current) {
+          setDone(true);
+          return;
+        }
+      } catch (err) {
+        if (stopped) {
+          return;
+        }
+        if (err instanceof ApiError && err.status === 404 && !finishedRef.current) {
+          // No log yet: the job has not started.
+        } else {
+          setError(err instanceof Error ? err.message : String(err));
+          if (finishedRef.current) {
+            return;
+          }
+        }
+      }
+      timer = window.setTimeout(step, 1500);
+    };
+    void step();
+    return () => {
+      stopped = true;
+      window.clearTimeout(timer);
+    };
+  }, [w.namespace, w.name, w.uid, w.startedAt]);
+
+  // Follow the tail unless the user scrolled up to read.
+  const stick = React.useRef(true);
+  React.useLayoutEffect(() => {
+    const el = pre.current;
+    if (el && stick.current) {
+      el.scrollTop = el.scrollHeight;
+    }
+  }, [text]);
+  const onScroll = () => {
+    const el = pre.current;
+    if (el) {
+      stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+    }
+  };
+
+  return (
+    <div className="jp-gpuqueue-logs">
+      <pre
+        ref={pre}
+        className="jp-gpuqueue-log"
+        data-gpuqueue-log={workloadKey(w)}
+        onScroll={onScroll}
+      >
+        {text ||
+          (w.state === 'Pending' || w.state === 'Admitted'
+            ? 'The log starts when the job runs.'
+            : done
+              ? '(empty log)'
+              : '')}
+      </pre>
+      {error && <div className="jp-gpuqueue-form-error">{error}</div>}
+      {!done && w.state === 'Running' && (
+        <div className="jp-gpuqueue-muted">following…</div>
+      )}
+    </div>
+  );
+}

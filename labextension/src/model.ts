@@ -1,0 +1,327 @@
+/**
+ * The panel's live state: info, the user's workloads, queues and inventory.
+ *
+ * Lists are fetched once, then kept current by the websocket `gpuqueue/api/events`
+ * (`workload` events are applied in place; `queues` / `inventory` events trigger a refetch).
+ * The socket reconnects with exponential backoff, and a slow poll refetches everything as a
+ * safety net. Every reconnect refetches, because events may have been missed meanwhile.
+ */
+import { ISignal, Signal } from '@lumino/signaling';
+import { IDisposable } from '@lumino/disposable';
+
+import {
+  GpuQueueClient,
+  IInfo,
+  IInventory,
+  IPrices,
+  IQueues,
+  IWorkload,
+  QueueEvent,
+  workloadKey
+} from './api';
+
+export type ConnectionState = 'connecting' | 'live' | 'offline';
+
+export interface IWorkloadEntry {
+  workload: IWorkload;
+  /** Client time (ms) at which this copy arrived: the base of the cost ticker. */
+  receivedAt: number;
+}
+
+export class QueueModel implements IDisposable {
+  constructor(
+    readonly client: GpuQueueClient,
+    options: { pollIntervalMs?: number } = {}
+  ) {
+    this._pollIntervalMs = options.pollIntervalMs ?? 30000;
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** Emitted with every workload event, after it was applied. */
+  get workloadChanged(): ISignal<this, IWorkload> {
+    return this._workloadChanged;
+  }
+
+  get info(): IInfo | null {
+    return this._info;
+  }
+  get prices(): IPrices | null {
+    return this._prices;
+  }
+  get queues(): IQueues | null {
+    return this._queues;
+  }
+  get inventory(): IInventory | null {
+    return this._inventory;
+  }
+  get connection(): ConnectionState {
+    return this._connection;
+  }
+  /** The last error of a refresh (e.g. the server extension is not running), or null. */
+  get loadError(): string | null {
+    return this._loadError;
+  }
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  /** The user's workloads, newest first. */
+  get workloads(): IWorkloadEntry[] {
+    return [...this._workloads.values()].sort(
+      (a, b) => b.workload.createdAt - a.workload.createdAt
+    );
+  }
+
+  workload(key: string): IWorkloadEntry | undefined {
+    return this._workloads.get(key);
+  }
+
+  /** Start: fetch everything, open the event stream, start the safety-net poll. */
+  start(): void {
+    if (this._started || this._isDisposed) {
+      return;
+    }
+    this._started = true;
+    void this.refresh();
+    this._connect();
+    this._pollTimer = window.setInterval(() => {
+      void this.refresh();
+    }, this._pollIntervalMs);
+  }
+
+  /** Change the safety-net poll (the `pollIntervalSeconds` setting). */
+  setPollInterval(ms: number): void {
+    this._pollIntervalMs = Math.max(1000, ms);
+    if (this._started && !this._isDisposed) {
+      window.clearInterval(this._pollTimer);
+      this._pollTimer = window.setInterval(() => {
+        void this.refresh();
+      }, this._pollIntervalMs);
+    }
+  }
+
+  /** Refetch info, prices, workloads, queues and inventory. */
+  async refresh(): Promise<void> {
+    const c = this.client;
+    const requestedAt = Date.now();
+    const [info, prices, workloads, queues, inventory] = await Promise.allSettled([
+      c.info(),
+      c.prices(),
+      c.workloads(),
+      c.queues(),
+      c.inventory()
+    ]);
+    if (this._isDisposed) {
+      return;
+    }
+    if (info.status === 'fulfilled') {
+      this._info = info.value;
+    }
+    if (prices.status === 'fulfilled') {
+      this._prices = prices.value;
+    }
+    if (workloads.status === 'fulfilled') {
+      const now = Date.now();
+      const next = new Map<string, IWorkloadEntry>();
+      for (const w of workloads.value) {
+        const key = workloadKey(w);
+        const current = this._workloads.get(key);
+        // An event that arrived while the list was in flight is newer than the list.
+        const newer = current && (this._eventAt.get(key) ?? -Infinity) >= requestedAt;
+        next.set(key, newer ? current : { workload: w, receivedAt: now });
+      }
+      for (const [key, entry] of this._workloads) {
+        if (!next.has(key) && (this._eventAt.get(key) ?? -Infinity) >= requestedAt) {
+          next.set(key, entry); // submitted while the list was in flight
+        }
+      }
+      this._workloads = next;
+    }
+    if (queues.status === 'fulfilled') {
+      this._queues = queues.value;
+    }
+    if (inventory.status === 'fulfilled') {
+      this._inventory = inventory.value;
+    }
+    const failed = [info, workloads].find(r => r.status === 'rejected') as
+      | PromiseRejectedResult
+      | undefined;
+    this._loadError = failed
+      ? `Cannot reach the GPU queue: ${(failed.reason as Error)?.message ?? failed.reason}`
+      : null;
+    this._changed.emit();
+  }
+
+  /**
+   * Put a workload from a REST answer (submit, cancel) into the list. `requestedAt` (client ms)
+   * is when that request was sent: an event about the workload received since then is newer
+   * than the answer (the event stream can overtake the HTTP response) and is kept.
+   */
+  upsert(w: IWorkload, requestedAt: number): void {
+    if ((this._eventAt.get(workloadKey(w)) ?? -Infinity) >= requestedAt) {
+      return;
+    }
+    this._apply(w);
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._isDisposed = true;
+    window.clearInterval(this._pollTimer);
+    window.clearTimeout(this._reconnectTimer);
+    window.clearTimeout(this._refetchTimer);
+    if (this._socket) {
+      this._socket.onclose = null;
+      this._socket.close();
+      this._socket = null;
+    }
+    Signal.clearData(this);
+  }
+
+  private _apply(w: IWorkload): void {
+    const key = workloadKey(w);
+    const known = this._workloads.has(key);
+    const mine = !this._info || w.owner === this._info.user;
+    if (!known && !mine) {
+      return;
+    }
+    this._workloads.set(key, { workload: w, receivedAt: Date.now() });
+    this._workloadChanged.emit(w);
+    this._changed.emit();
+  }
+
+  private _connect(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._setConnection('connecting');
+    let socket: WebSocket;
+    try {
+      const Ctor = this.client.serverSettings.WebSocket ?? WebSocket;
+      socket = new Ctor(this.client.eventsUrl());
+    } catch (error) {
+      this._scheduleReconnect();
+      return;
+    }
+    this._socket = socket;
+    socket.onopen = () => {
+      this._backoffMs = 1000;
+      this._setConnection('live');
+      if (this._everConnected) {
+        // Events may have been missed while disconnected.
+        void this.refresh();
+      }
+      this._everConnected = true;
+    };
+    socket.onmessage = (msg: MessageEvent) => {
+      let event: QueueEvent;
+      try {
+        event = JSON.parse(String(msg.data));
+      } catch {
+        return;
+      }
+      this._onEvent(event);
+    };
+    socket.onclose = () => {
+      this._socket = null;
+      this._setConnection('offline');
+      this._scheduleReconnect();
+    };
+    socket.onerror = () => {
+      // onclose follows; nothing else to do.
+    };
+  }
+
+  private _scheduleReconnect(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    const delay = this._backoffMs;
+    this._backoffMs = Math.min(this._backoffMs * 2, 30000);
+    this._reconnectTimer = window.setTimeout(() => this._connect(), delay);
+  }
+
+  private _setConnection(state: ConnectionState): void {
+    if (this._connection !== state) {
+      this._connection = state;
+      this._changed.emit();
+    }
+  }
+
+  private _onEvent(event: QueueEvent): void {
+    switch (event.type) {
+      case 'workload':
+        this._eventAt.set(workloadKey(event.workload), Date.now());
+        this._apply(event.workload);
+        // A state change moves positions and free devices too; the server also says so with
+        // queues / inventory events, but refetching here costs little and keeps them in step.
+        this._scheduleRefetch(true, true);
+        break;
+      case 'queues':
+        this._scheduleRefetch(true, false);
+        break;
+      case 'inventory':
+        this._scheduleRefetch(false, true);
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Coalesce bursts of events into one refetch of queues and/or inventory. */
+  private _scheduleRefetch(queues: boolean, inventory: boolean): void {
+    this._refetchQueues = this._refetchQueues || queues;
+    this._refetchInventory = this._refetchInventory || inventory;
+    if (this._refetchTimer) {
+      return;
+    }
+    this._refetchTimer = window.setTimeout(async () => {
+      this._refetchTimer = 0;
+      const q = this._refetchQueues;
+      const i = this._refetchInventory;
+      this._refetchQueues = this._refetchInventory = false;
+      const [queuesR, inventoryR] = await Promise.allSettled([
+        q ? this.client.queues() : Promise.resolve(null),
+        i ? this.client.inventory() : Promise.resolve(null)
+      ]);
+      if (this._isDisposed) {
+        return;
+      }
+      if (queuesR.status === 'fulfilled' && queuesR.value) {
+        this._queues = queuesR.value;
+      }
+      if (inventoryR.status === 'fulfilled' && inventoryR.value) {
+        this._inventory = inventoryR.value;
+      }
+      this._changed.emit();
+    }, 200);
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _workloadChanged = new Signal<this, IWorkload>(this);
+  private _info: IInfo | null = null;
+  private _prices: IPrices | null = null;
+  private _queues: IQueues | null = null;
+  private _inventory: IInventory | null = null;
+  private _workloads = new Map<string, IWorkloadEntry>();
+  /** Client time (ms) of the last event about each workload. */
+  private _eventAt = new Map<string, number>();
+  private _connection: ConnectionState = 'connecting';
+  private _loadError: string | null = null;
+  private _socket: WebSocket | null = null;
+  private _backoffMs = 1000;
+  private _everConnected = false;
+  private _reconnectTimer = 0;
+  private _pollTimer = 0;
+  private _refetchTimer = 0;
+  private _refetchQueues = false;
+  private _refetchInventory = false;
+  private _pollIntervalMs: number;
+  private _started = false;
+  private _isDisposed = false;
+}

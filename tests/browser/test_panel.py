@@ -1,0 +1,244 @@
+"""End to end in headless Chromium: the GPU Queue panel against a real server, engine and job.
+
+A team-b job takes all four H100s of the demo cluster (team-b-cq owns them; team-a-cq has no H100
+quota of its own and may only borrow within the cohort ``research``). The user then submits the
+real training example from the panel to team-a on an H100: it waits at position 1. Cancelling the
+team-b job frees the H100s; team-a borrows one, the training runs and succeeds, and the panel shows
+its cost. Screenshots of both moments go to test-artifacts/screenshots/ (set GPUQUEUE_SCREENSHOT_DIR=docs/screenshots to refresh the README's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
+API = ("gpuqueue", "api")
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+async def api(jp_fetch, *parts, method="GET", body=None):
+    """Call the REST API with the server token; return the parsed JSON (raise on HTTP errors)."""
+    kwargs = {"method": method}
+    if body is not None:
+        kwargs["body"] = json.dumps(body)
+    try:
+        resp = await jp_fetch(*API, *parts, **kwargs)
+    except HTTPClientError as e:
+        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
+        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
+    return json.loads(resp.body)
+
+
+async def wait_for_state(jp_fetch, key: str, states: tuple, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        w = await api(jp_fetch, "workloads", *key.split("/"))
+        if w["state"] in states:
+            return w
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{key} is {w['state']} after {timeout}s, expected one of {states}: {w}")
+        await asyncio.sleep(0.2)
+
+
+async def widen_sidebar(page, width: int) -> None:
+    """Drag the left sidebar's split handle so that the panel is ``width`` pixels wide."""
+    panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = await handle.bounding_box()
+    if not panel or not box:
+        return
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    await page.mouse.move(x, y)
+    await page.mouse.down()
+    await page.mouse.move(x + (width - panel["width"]), y, steps=5)
+    await page.mouse.up()
+
+
+# Record every data-state the job's row shows (a state may last less than a polling interval).
+RECORD_STATES = """key => {
+  const states = (window.__gpuqueueStates = []);
+  const note = () => {
+    const row = document.querySelector(`[data-gpuqueue-job="${key}"]`);
+    const state = row && row.getAttribute('data-state');
+    if (state && states[states.length - 1] !== state) states.push(state);
+  };
+  note();
+  new MutationObserver(note).observe(document.body, {
+    subtree: true, childList: true, attributes: true, attributeFilter: ['data-state']
+  });
+}"""
+
+
+def sleeper() -> list:
+    python = shutil.which("python") or sys.executable
+    return [python, "-c", "import time; time.sleep(600)"]
+
+
+async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, chromium_launch_args):
+    from playwright.async_api import async_playwright, expect
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    submitted: list[str] = []
+    try:
+        # (1) team-b fills all four H100s.
+        blocker = await api(
+            jp_fetch,
+            "workloads",
+            method="POST",
+            body={
+                "name": "team-b-h100-blocker",
+                "localQueue": "team-b/team-b-queue",
+                "command": sleeper(),
+                "gpus": 4,
+                "flavor": "nvidia-h100",
+                "maxRuntime": "15m",
+            },
+        )
+        blocker_key = f"{blocker['namespace']}/{blocker['name']}"
+        submitted.append(blocker_key)
+        await wait_for_state(jp_fetch, blocker_key, ("Running",))
+        prices = await api(jp_fetch, "prices")
+        h100 = prices["flavors"].get("nvidia-h100", prices["default"])
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                context = await browser.new_context(
+                    viewport={"width": 1280, "height": 1000}, record_video_dir=None
+                )
+                page = await context.new_page()
+                page.set_default_timeout(30000)
+                page_errors: list[str] = []
+                page.on("pageerror", lambda e: page_errors.append(str(e)))
+
+                # (2) JupyterLab with the script open; "Submit as GPU job…" on it in the file
+                # browser opens the GPU Queue panel with the form prefilled.
+                await page.goto(lab_url.replace("/lab?", "/lab/tree/examples/train_digits.py?"))
+                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await page.locator(".jp-FileEditor .cm-content").first.wait_for()
+                item = page.locator('.jp-DirListing-item[data-file-type="python"]', has_text="train_digits.py")
+                await item.click(button="right")
+                await page.locator(".lm-Menu-itemLabel", has_text="Submit as GPU job…").click()
+                panel = page.locator("#jp-gpuqueue-panel")
+                await expect(panel).to_be_visible()
+                await expect(panel.locator("#jp-gpuqueue-script")).to_have_value("examples/train_digits.py")
+                await widen_sidebar(page, 430)
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                # the blocker is in the user's list (same user, submitted over REST)
+                await expect(
+                    panel.locator(f'[data-gpuqueue-job="{blocker_key}"]')
+                ).to_have_attribute("data-state", "Running")
+
+                # an impossible request is refused by the API, next to the field it names
+                await panel.locator("#jp-gpuqueue-gpus").fill("99")
+                gpus_error = panel.locator('.jp-gpuqueue-field-error[data-field="gpus"]')
+                await expect(gpus_error).to_be_visible()
+                await panel.locator("#jp-gpuqueue-gpus").fill("1")
+                await expect(gpus_error).to_have_count(0)
+                await panel.locator("#jp-gpuqueue-flavor").select_option("nvidia-h100")
+                await panel.locator("#jp-gpuqueue-localqueue").select_option("team-a/team-a-queue")
+                await panel.locator("#jp-gpuqueue-maxruntime").fill("5m")
+                expected = (
+                    f"≈ ${h100 * 5 / 60:.2f} (1 × nvidia-h100 for 5 min at ${h100:.2f}/GPU-h)"
+                )
+                await expect(panel.locator(".jp-gpuqueue-estimate")).to_have_text(expected)
+                await panel.locator("#jp-gpuqueue-submit").click()
+
+                # (3) pending behind team-b, position 1.
+                note = panel.locator(".jp-gpuqueue-submitted")
+                await expect(note).to_have_text(re.compile(r"^Submitted team-a/\S+$"))
+                key = (await note.text_content()).split()[-1]
+                submitted.append(key)
+                row = panel.locator(f'[data-gpuqueue-job="{key}"]')
+                await expect(row).to_have_attribute("data-state", "Pending")
+                await page.evaluate(RECORD_STATES, key)
+                await expect(row.locator(".jp-gpuqueue-position")).to_contain_text(
+                    "position 1 in team-a-queue"
+                )
+                # the scheduler's verdict, e.g. "waiting: NoFit — couldn't assign flavors …"
+                await expect(row.locator(".jp-gpuqueue-reason")).to_have_text(
+                    re.compile(r"^waiting: (?!Pending\b)\w+ — .+")
+                )
+                pending = await api(jp_fetch, "workloads", *key.split("/"))
+                assert pending["state"] == "Pending"
+                assert pending["positionInLocalQueue"] == 0
+                # the team queue lists it too, first in team-a-cq
+                await expect(
+                    panel.locator(f'[data-cluster-queue="team-a-cq"] [data-gpuqueue-pending="{key}"]')
+                ).to_contain_text("1")
+                # Fold "Availability" so that the screenshot shows the team queue under the jobs.
+                availability = panel.locator('[data-section="availability"] .jp-gpuqueue-section-toggle')
+                await availability.click()
+                await page.screenshot(path=str(SCREENSHOT_DIR / "panel-pending.png"))
+                await availability.click()
+
+                # (4) team-b's job is cancelled over REST; its H100s are free.
+                cancelled = await api(jp_fetch, "workloads", *blocker_key.split("/"), method="DELETE")
+                assert cancelled["state"] in ("Cancelled",) + FINISHED
+                await expect(
+                    panel.locator(f'[data-gpuqueue-job="{blocker_key}"]')
+                ).to_have_attribute("data-state", "Cancelled")
+
+                # (5) the training is admitted on a borrowed H100, runs, succeeds and is billed.
+                await expect(row).to_have_attribute(
+                    "data-state", re.compile("^(Admitted|Running|Succeeded)$"), timeout=30000
+                )
+                await row.get_by_role("button", name="Logs").click()
+                await expect(row).to_have_attribute("data-state", "Succeeded", timeout=120000)
+                await expect(row.locator(".jp-gpuqueue-flavor")).to_have_text("nvidia-h100")
+                await expect(row.locator(".jp-gpuqueue-devices")).to_contain_text("GPU")
+                await expect(row.locator(".jp-gpuqueue-log")).to_contain_text("accuracy", timeout=15000)
+                cost_text = await row.locator(".jp-gpuqueue-cost").text_content()
+                shown = float(re.search(r"\$([0-9.]+)", cost_text).group(1))
+                assert shown > 0, cost_text
+                done = await api(jp_fetch, "workloads", *key.split("/"))
+                assert done["state"] == "Succeeded" and done["exitCode"] == 0, done
+                assert done["costUsd"] > 0, done
+                assert float(await row.locator(".jp-gpuqueue-cost").get_attribute("data-cost")) == pytest.approx(
+                    done["costUsd"], abs=1e-6
+                )
+                # every state was shown, live, in order
+                seen = await page.evaluate("window.__gpuqueueStates")
+                assert [s for s in seen if s in ("Running", "Succeeded")] == ["Running", "Succeeded"], seen
+
+                # the freed H100s are back in the availability, live
+                h100_row = panel.locator(
+                    '.jp-gpuqueue-avail-row[data-flavor="nvidia-h100"][data-resource="nvidia.com/gpu"]'
+                )
+                await expect(h100_row.locator(".jp-gpuqueue-avail-count")).to_have_text("4 / 4 free")
+
+                # The form is done with: fold it so that the screenshot shows jobs and availability.
+                await panel.locator('[data-section="submit"] .jp-gpuqueue-section-toggle').click()
+                await page.screenshot(path=str(SCREENSHOT_DIR / "panel-succeeded.png"))
+                # the command palette has the panel's commands
+                await page.keyboard.press("Control+Shift+C")
+                await page.keyboard.type("GPU Queue")
+                palette = page.locator("#command-palette")
+                for label in ("GPU Queue: Open panel", "GPU Queue: Submit file as GPU job"):
+                    await expect(palette.locator(".lm-CommandPalette-itemLabel", has_text=label)).to_be_visible()
+                await page.keyboard.press("Escape")
+                assert not page_errors, page_errors
+                await context.close()
+            finally:
+                await browser.close()
+    finally:
+        for key in submitted:
+            try:
+                w = await api(jp_fetch, "workloads", *key.split("/"))
+                if w["state"] not in FINISHED:
+                    await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+            except AssertionError:
+                pass
