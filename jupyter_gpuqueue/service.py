@@ -846,6 +846,7 @@ class QueueService:
             raise ValidationError("the request body must be a JSON object", "body")
         ns, lq = self._resolve_local_queue(request.get("localQueue"), user)
         cq_name = self.config.local_queues[f"{ns}/{lq}"].cluster_queue
+        self._resolve_priority(request.get("priorityClass"))
         max_runtime = self._max_runtime(request)
         ps = self._pod_set_from_form(request, cq_name)
         wl = Workload(namespace=ns, name="estimate", queue_name=lq, pod_sets=[ps])

@@ -4,7 +4,7 @@ No time passes and nothing finishes. The output is a contract other tools rely o
 
     {"workloads": {"<namespace>/<name>": {
         "state": "admitted" | "pending",
-        "clusterQueue": "<name>" | null,
+        "clusterQueue": "<name>" | null,           # pending: its LocalQueue's, null if none exists
         "podSets": {"<podSet>": {"count": <int>, "flavors": {"<resource>": "<flavor>"}}},
         "evictions": <int>,
         "positionInClusterQueue": <int> | null,     # 0-based, pending only

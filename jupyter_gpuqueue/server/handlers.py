@@ -1,0 +1,423 @@
+"""REST handlers of the GPU queue: ``{base_url}gpuqueue/api/...``.
+
+The contract is docs/rest-api.md (machine-readable: ``openapi.yaml`` next to this module). Handlers
+are thin: they authenticate (``@web.authenticated``), authorize (``@authorized`` on the
+``"gpuqueue"`` resource), parse and check the request's *shape*, call the
+:class:`~jupyter_gpuqueue.service.QueueService` on the event-loop thread, and write its JSON.
+Every :class:`~jupyter_gpuqueue.errors.GpuQueueError` becomes its HTTP status with the body
+``{"message", "reason", "field"}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import os
+from typing import Any, Optional
+
+import yaml
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.auth.identity import (
+    IdentityProvider,
+    LegacyIdentityProvider,
+    PasswordIdentityProvider,
+)
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from ..errors import GpuQueueError, NotFound, PayloadTooLarge, ValidationError
+
+AUTH_RESOURCE = "gpuqueue"
+"""The resource name given to ``Authorizer.is_authorized`` for every GPU-queue endpoint."""
+
+API_PREFIX = "gpuqueue/api"
+
+# Keys in the tornado web-app settings, written by GpuQueueApp.initialize_settings.
+SERVICE_KEY = "gpuqueue_service"
+MAX_BODY_KEY = "gpuqueue_max_body_bytes"
+STANDALONE_USER_KEY = "gpuqueue_standalone_user"
+STARTUP_ERROR_KEY = "gpuqueue_startup_error"
+
+WORKLOAD_STATES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Cancelled")
+YAML_CONTENT_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
+
+# Identity providers of a single-user server: one shared token or password, so every client that
+# authenticates is the person who started the server. jupyter_server gives each token-only client
+# a new random "Anonymous <moon>" user, which would make ownership meaningless.
+_SINGLE_USER_PROVIDERS = (IdentityProvider, PasswordIdentityProvider, LegacyIdentityProvider)
+
+
+class ServiceUnavailable(GpuQueueError):
+    """503: the queue service could not be built (e.g. an invalid cluster configuration)."""
+
+    status = 503
+    reason = "Unavailable"
+
+
+def service_or_error(settings: dict):
+    """The QueueService in ``settings``; ServiceUnavailable (with the startup error) if none."""
+    service = settings.get(SERVICE_KEY)
+    if service is None:
+        error = settings.get(STARTUP_ERROR_KEY) or "the extension did not initialise it"
+        raise ServiceUnavailable(f"the GPU queue service is not running: {error}")
+    return service
+
+
+def default_standalone_user() -> str:
+    """The OS login name of the server process (``"jupyter"`` when it cannot be determined)."""
+    try:
+        return getpass.getuser() or "jupyter"
+    except Exception:  # no login name (containers without a passwd entry)
+        return "jupyter"
+
+
+def resolve_user(handler: Any) -> str:
+    """The queue user name for an authenticated request or websocket.
+
+    - JupyterHub single-user servers: the Hub user's name.
+    - jupyter_server's own token/password identity providers (a standalone ``jupyter lab``): the
+      ``standalone_user`` setting (by default the OS user running the server), because every
+      client holding the server's token is its owner.
+    - any other identity provider: ``current_user.username``.
+    """
+    user = handler.current_user
+    hub_user = getattr(user, "hub_user", None)
+    if isinstance(hub_user, dict) and hub_user.get("name"):
+        return str(hub_user["name"])
+    provider = handler.settings.get("identity_provider")
+    if provider is not None and type(provider) in _SINGLE_USER_PROVIDERS:
+        return str(handler.settings.get(STANDALONE_USER_KEY) or default_standalone_user())
+    return str(user.username)
+
+
+def as_gpuqueue_error(exc: BaseException) -> Optional[GpuQueueError]:
+    """``exc`` as a GpuQueueError: itself, or the engine's ManifestError as a 400 ValidationError
+    naming its field path; None for anything else (a server fault)."""
+    if isinstance(exc, GpuQueueError):
+        return exc
+    try:
+        from ..engine.errors import ManifestError
+    except ImportError:  # pragma: no cover - the engine is part of the package
+        return None
+    if isinstance(exc, ManifestError):
+        return ValidationError(str(exc), field=exc.field or "manifest")
+    return None
+
+
+def check_manifest_text(text: str, field: str) -> None:
+    """Raise ValidationError(field) unless ``text`` is YAML whose documents are all mappings."""
+    if not text.strip():
+        raise ValidationError("the manifest is empty", field=field)
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ValidationError(f"invalid YAML{where}: {problem}", field=field) from None
+    docs_present = [d for d in docs if d is not None]
+    if not docs_present:
+        raise ValidationError("the manifest has no documents", field=field)
+    for i, doc in enumerate(docs):
+        if doc is not None and not isinstance(doc, dict):
+            where = f"{field}[{i}]" if len(docs) > 1 else field
+            raise ValidationError(
+                f"a Kubernetes manifest document must be a mapping, got {type(doc).__name__}",
+                field=where,
+            )
+
+
+class GpuQueueHandler(APIHandler):
+    """Base of the GPU-queue REST handlers: service access, JSON bodies and error mapping."""
+
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def service(self):
+        """The QueueService (ServiceUnavailable, 503, if it could not be built)."""
+        return service_or_error(self.settings)
+
+    @property
+    def user(self) -> str:
+        """The queue user name of this request (see :func:`resolve_user`)."""
+        return resolve_user(self)
+
+    # -- request parsing -----------------------------------------------------------------------
+
+    def body_text(self) -> str:
+        """The request body as text; PayloadTooLarge (field ``body``) above ``max_body_bytes``."""
+        limit = int(self.settings.get(MAX_BODY_KEY, 1 << 20))
+        body = self.request.body or b""
+        if len(body) > limit:
+            raise PayloadTooLarge(
+                f"the request body is {len(body)} bytes; the limit is {limit} bytes",
+                field="body",
+            )
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValidationError(f"the body is not UTF-8 text: {e.reason}", field="body") from None
+
+    def json_body(self) -> dict:
+        """The body parsed as a JSON object; ValidationError (field ``body``) otherwise."""
+        text = self.body_text()
+        if not text.strip():
+            raise ValidationError("a JSON object is required", field="body")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValidationError(
+                f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", field="body"
+            ) from None
+        if not isinstance(data, dict):
+            raise ValidationError(
+                f"must be a JSON object, got {type(data).__name__}", field="body"
+            )
+        return data
+
+    def is_yaml_body(self) -> bool:
+        ctype = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        return ctype in YAML_CONTENT_TYPES
+
+    def int_argument(self, name: str, default: int, *, minimum: int = 0) -> int:
+        """A query argument that must be an integer ≥ ``minimum``; ValidationError naming it."""
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValidationError(f"must be an integer, got {raw!r}", field=name) from None
+        if value < minimum:
+            raise ValidationError(f"must be ≥ {minimum}, got {value}", field=name)
+        return value
+
+    def bool_argument(self, name: str, default: bool = False) -> bool:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes"):
+            return True
+        if value in ("0", "false", "no"):
+            return False
+        raise ValidationError(f"must be true or false, got {raw!r}", field=name)
+
+    # -- responses -----------------------------------------------------------------------------
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        exc = as_gpuqueue_error(exc_info[1]) if exc_info else None
+        if exc is not None:
+            self.set_status(exc.status)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(exc.to_json()))
+            return
+        super().write_error(status_code, **kwargs)
+
+    def log_exception(self, typ, value, tb) -> None:
+        if as_gpuqueue_error(value) is not None:
+            # a client error, not a server fault: one line, no traceback
+            self.log.info(
+                "%s %s -> %s %s", self.request.method, self.request.path, value.status, value
+            )
+            return
+        super().log_exception(typ, value, tb)
+
+
+class InfoHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """Info: the user, their LocalQueues, flavors, MIG profiles and priority classes."""
+        self.write_json(self.service.info(self.user))
+
+
+class WorkloadsHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """``{"items": [Workload]}`` newest first; ``?namespace=&state=A,B&mine=true``."""
+        namespace = self.get_query_argument("namespace", None) or None
+        states: Optional[list[str]] = None
+        raw_states = self.get_query_argument("state", None)
+        if raw_states:
+            states = [s.strip() for s in raw_states.split(",") if s.strip()]
+            for s in states:
+                if s not in WORKLOAD_STATES:
+                    raise ValidationError(
+                        f"unknown state {s!r}; expected one of {', '.join(WORKLOAD_STATES)}",
+                        field="state",
+                    )
+        owner = self.user if self.bool_argument("mine") else None
+        items = self.service.list_workloads(namespace=namespace, owner=owner, states=states)
+        self.write_json({"items": items})
+
+    @web.authenticated
+    @authorized
+    async def post(self):
+        """Submit: a SubmitRequest JSON, ``{"manifest": yaml}``, or a YAML body → 201."""
+        if self.is_yaml_body():
+            text = self.body_text()
+            check_manifest_text(text, "body")
+            self._created(self.service.submit_manifest(text, user=self.user))
+            return
+        data = self.json_body()
+        if "manifest" in data:
+            text = data["manifest"]
+            if not isinstance(text, str):
+                raise ValidationError(
+                    f"must be a string of YAML, got {type(text).__name__}", field="manifest"
+                )
+            extra = sorted(set(data) - {"manifest"})
+            if extra:
+                raise ValidationError(
+                    f"a manifest submission takes no other fields, got {', '.join(extra)}",
+                    field=extra[0],
+                )
+            check_manifest_text(text, "manifest")
+            self._created(self.service.submit_manifest(text, user=self.user))
+            return
+        workload = self.service.submit(data, user=self.user)
+        self._set_location(workload)
+        self.write_json(workload, status=201)
+
+    def _set_location(self, workload: dict) -> None:
+        from jupyter_server.utils import url_path_join
+
+        self.set_header(
+            "Location",
+            url_path_join(
+                self.base_url, API_PREFIX, "workloads", workload["namespace"], workload["name"]
+            ),
+        )
+
+    def _created(self, workloads: list) -> None:
+        if len(workloads) == 1:
+            self._set_location(workloads[0])
+            self.write_json(workloads[0], status=201)
+        else:
+            self.write_json({"items": workloads}, status=201)
+
+
+class WorkloadHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, namespace: str, name: str):
+        """One Workload (404 NotFound)."""
+        self.write_json(self.service.get_workload(namespace, name))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, namespace: str, name: str):
+        """Cancel (owner only: 403); answers the Workload, state Cancelled or unchanged."""
+        self.write_json(self.service.cancel(namespace, name, user=self.user))
+
+
+class WorkloadLogsHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, namespace: str, name: str):
+        """``{"text", "offset", "nextOffset", "eof", "size"}`` of the job's output (owner only)."""
+        offset = self.int_argument("offset", 0)
+        limit = self.int_argument("limit", 1 << 20, minimum=1)
+        self.write_json(
+            self.service.read_log(namespace, name, user=self.user, offset=offset, limit=limit)
+        )
+
+
+class EstimateHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def post(self):
+        """Estimate the cost of a SubmitRequest (nothing is created)."""
+        self.write_json(self.service.estimate(self.json_body(), user=self.user))
+
+
+class QueuesHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """ClusterQueues (quota, usage, pending workloads in order) and LocalQueues."""
+        self.write_json(self.service.queues())
+
+
+class InventoryHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """Nodes, GPUs and MIG devices with what is assigned, and free/total per flavor."""
+        self.write_json(self.service.inventory_view())
+
+
+class PricesHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """USD per GPU-hour per ResourceFlavor."""
+        self.write_json(self.service.prices_view())
+
+
+@functools.lru_cache(maxsize=1)
+def openapi_text() -> str:
+    """The OpenAPI 3 document (YAML text) shipped with the package."""
+    with open(OPENAPI_PATH, encoding="utf-8") as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=1)
+def openapi_json() -> str:
+    """The OpenAPI 3 document as JSON text."""
+    return json.dumps(yaml.safe_load(openapi_text()))
+
+
+class OpenApiHandler(GpuQueueHandler):
+    def initialize(self, fmt: str = "json", **kwargs: Any) -> None:
+        super().initialize(**kwargs)
+        self.fmt = fmt
+
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """The OpenAPI 3 document of this API, as JSON or YAML."""
+        if self.fmt == "yaml":
+            self.finish(openapi_text(), set_content_type="application/yaml")
+        else:
+            self.finish(openapi_json())
+
+
+class NotFoundHandler(GpuQueueHandler):
+    """A JSON 404 for any other path under ``gpuqueue/api/``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, path: str):
+        raise NotFound(f"no such endpoint: {API_PREFIX}/{path}", field="path")
+
+    post = put = patch = delete = get
+
+
+_NAME = r"(?P<namespace>[^/]+)/(?P<name>[^/]+)"
+
+default_handlers = [
+    (rf"{API_PREFIX}/info", InfoHandler),
+    (rf"{API_PREFIX}/workloads", WorkloadsHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}/logs", WorkloadLogsHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}", WorkloadHandler),
+    (rf"{API_PREFIX}/estimate", EstimateHandler),
+    (rf"{API_PREFIX}/queues", QueuesHandler),
+    (rf"{API_PREFIX}/inventory", InventoryHandler),
+    (rf"{API_PREFIX}/prices", PricesHandler),
+    (rf"{API_PREFIX}/openapi\.json", OpenApiHandler, {"fmt": "json"}),
+    (rf"{API_PREFIX}/openapi\.yaml", OpenApiHandler, {"fmt": "yaml"}),
+]
+"""(pattern, handler[, kwargs]) relative to the server's base_url; the events websocket and the
+JSON 404 catch-all are added by :class:`~jupyter_gpuqueue.server.app.GpuQueueApp`."""
+
+not_found_handler = (rf"{API_PREFIX}/(?P<path>.*)", NotFoundHandler)

@@ -1,0 +1,328 @@
+"""``jupyter gpuqueue`` as users run it: real subprocesses of the console script.
+
+``simulate`` needs no server. The other commands talk to the pytest-jupyter server through
+GPUQUEUE_URL / GPUQUEUE_TOKEN (the test server is not in the runtime dir, so it cannot be
+discovered); those tests are async so that the server keeps serving while the CLI runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpuqueue.errors import GpuQueueError
+
+SCRIPT = Path(sys.executable).parent / "jupyter-gpuqueue"
+# The console script once `pip install -e .` has run; else the same main() through -m.
+CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "jupyter_gpuqueue.cli"]
+PY = sys.executable
+
+SETUP = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata:
+  name: a100
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata:
+  name: research-cq
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: ["nvidia.com/gpu"]
+      flavors:
+        - name: a100
+          resources:
+            - name: nvidia.com/gpu
+              nominalQuota: 2
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata:
+  namespace: team-a
+  name: team-a-queue
+spec:
+  clusterQueue: research-cq
+"""
+
+
+def job(name: str, gpus: int) -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: team-a
+  labels:
+    kueue.x-k8s.io/queue-name: team-a-queue
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: main
+          image: pytorch/pytorch
+          command: ["python", "train.py"]
+          resources:
+            limits:
+              nvidia.com/gpu: {gpus}
+"""
+
+
+JOBS = job("first", 2) + "---\n" + job("second", 1)
+
+
+def run(*args, input=None, env=None, cwd=None):
+    return subprocess.run(
+        [*CLI, *args], input=input, capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+
+
+def entry(result: dict, name: str) -> dict:
+    """The simulate entry of the workload made from Job ``name`` (keys are namespace/name)."""
+    matches = [v for k, v in result["workloads"].items() if k.startswith("team-a/") and name in k]
+    assert len(matches) == 1, (name, list(result["workloads"]))
+    return matches[0]
+
+
+# -- simulate ------------------------------------------------------------------------------------
+
+
+def test_simulate_prints_the_json_contract(tmp_path):
+    setup, jobs = tmp_path / "setup.yaml", tmp_path / "jobs.yaml"
+    setup.write_text(SETUP)
+    jobs.write_text(JOBS)
+    r = run("simulate", str(setup), str(jobs))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert set(result) == {"workloads", "cycles"} and isinstance(result["cycles"], int)
+    first, second = entry(result, "first"), entry(result, "second")
+    assert first["state"] == "admitted" and first["clusterQueue"] == "research-cq"
+    assert [ps["flavors"] for ps in first["podSets"].values()] == [{"nvidia.com/gpu": "a100"}]
+    assert first["positionInClusterQueue"] is None
+    assert second["state"] == "pending"
+    assert second["positionInClusterQueue"] == 0 and second["reason"]
+
+
+def test_simulate_reads_stdin_for_dash(tmp_path):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(JOBS)
+    r = run("simulate", "-", str(jobs), input=SETUP)
+    assert r.returncode == 0, r.stderr
+    assert entry(json.loads(r.stdout), "first")["state"] == "admitted"
+
+
+def test_simulate_invalid_manifest_exits_2_with_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SETUP.replace("nominalQuota: 2", "nominalQuota: -2"))
+    r = run("simulate", str(bad))
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert "bad.yaml" in r.stderr and "nominalQuota" in r.stderr, r.stderr
+
+    r = run("simulate", "-", input="kind: [unclosed\n")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.strip()
+
+
+def test_simulate_unreadable_file_exits_2(tmp_path):
+    r = run("simulate", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "missing.yaml" in r.stderr and "cannot read" in r.stderr
+
+
+def test_usage_errors_exit_2_and_help_exits_0():
+    r = run("submit", "--gpus", "0", "train.py")
+    assert r.returncode == 2 and "--gpus" in r.stderr and "positive" in r.stderr
+    r = run("frobnicate")
+    assert r.returncode == 2 and "frobnicate" in r.stderr
+    r = run("submit", "--help")
+    assert r.returncode == 0 and "--max-runtime" in r.stdout and "--mig" in r.stdout
+
+
+def test_jupyter_dispatches_to_the_console_script():
+    if not SCRIPT.exists():
+        pytest.skip("the console script is not installed (pip install -e .)")
+    jupyter = Path(sys.executable).parent / "jupyter"
+    r = subprocess.run([str(jupyter), "gpuqueue", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "simulate" in r.stdout
+
+
+def test_unreachable_server_is_a_clear_error():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "GPUQUEUE_URL": f"http://127.0.0.1:{port}/", "GPUQUEUE_TOKEN": "x"}
+    r = run("list", env=env)
+    assert r.returncode == 2 and "cannot reach" in r.stderr and r.stdout == ""
+
+
+def test_no_running_server_is_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUQUEUE_")}
+    env["JUPYTER_RUNTIME_DIR"] = str(tmp_path)  # no server info files here
+    r = run("queues", env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "no running Jupyter server with jupyter_gpuqueue found" in r.stderr
+    assert "jupyter lab" in r.stderr
+
+
+# -- against a running server --------------------------------------------------------------------
+
+
+async def arun(*args, env: dict, cwd=None, timeout=120):
+    """Run the CLI without blocking the server's event loop; (returncode, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *args,
+        env={**os.environ, **env},
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_server_running_this_process_is_discovered(gpuqueue_env):
+    """Without GPUQUEUE_URL the CLI finds the server whose process is its ancestor (here pytest's
+    own server, listed in the runtime dir), as a kernel finds the server that started it."""
+    assert "GPUQUEUE_URL" not in os.environ
+    rc, out, err = await arun("info", "--json", env={})
+    assert rc == 0, err
+    assert json.loads(out)["user"] == "alice"
+
+
+async def test_submit_script_wait_list_and_logs(gpuqueue_env, tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("import os, sys\nprint('hello from', os.path.basename(sys.argv[0]), sys.argv[1:])\n")
+    rc, out, err = await arun("submit", "hello.py", "--gpus", "1", "--max-runtime", "2m",
+                              "--name", "cli-hello", "--wait", "--", "alpha", env=gpuqueue_env,
+                              cwd=tmp_path)
+    # '--' ends our options: "alpha" is the script's argument
+    assert rc == 0, err
+    assert "cli-hello" in out and "Succeeded" in out and "estimated cost $" in out
+
+    rc, out, err = await arun("list", env=gpuqueue_env)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["NAMESPACE", "NAME", "STATE"]
+    assert any("cli-hello" in line and "Succeeded" in line for line in lines[1:])
+
+    rc, out, err = await arun("list", "--json", "--state", "Succeeded", env=gpuqueue_env)
+    assert rc == 0, err
+    items = json.loads(out)["items"]
+    assert [w["name"] for w in items] == ["cli-hello"]
+    assert items[0]["command"][1] == str(script) and items[0]["costUsd"] > 0
+
+    rc, out, err = await arun("logs", "cli-hello", env=gpuqueue_env)
+    assert rc == 0, err
+    assert "hello from hello.py ['alpha']" in out
+
+
+async def test_submit_command_prints_position_and_cost_then_cancel(gpuqueue_env, tmp_path):
+    rc, out, err = await arun("submit", "--json", "--max-runtime", "10m", "--name", "cli-sleeper",
+                              PY, "-c", "import time; print('sleeping', flush=True); time.sleep(60)",
+                              env=gpuqueue_env)
+    assert rc == 0, err
+    wl = json.loads(out)
+    assert wl["name"] == "cli-sleeper" and wl["command"][:2] == [PY, "-c"]
+    assert wl["podSets"][0]["requests"] == {"nvidia.com/gpu": "1"}  # --gpus defaults to 1
+
+    rc, out, err = await arun("submit", "--max-runtime", "10m", "--name", "cli-text",
+                              PY, "-c", "pass", env=gpuqueue_env)
+    assert rc == 0, err
+    assert out.startswith(f"{wl['namespace']}/cli-text: ") and "estimated cost $" in out
+
+    rc, out, err = await arun("cancel", "cli-sleeper", env=gpuqueue_env)
+    assert rc == 0, err
+    assert f"cancelled {wl['namespace']}/cli-sleeper" in out
+    rc, out, err = await arun("list", "--json", env=gpuqueue_env)
+    states = {w["name"]: w["state"] for w in json.loads(out)["items"]}
+    assert states["cli-sleeper"] == "Cancelled"
+
+
+async def test_logs_follow_streams_until_the_job_ends(gpuqueue_env):
+    code = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(0.3)\n"
+    rc, out, err = await arun("submit", "--name", "cli-ticker", PY, "-c", code, env=gpuqueue_env)
+    assert rc == 0, err
+    rc, out, err = await arun("logs", "--follow", "cli-ticker", env=gpuqueue_env, timeout=90)
+    assert rc == 0, err
+    assert [line for line in out.splitlines() if line.startswith("tick")] == ["tick 0", "tick 1", "tick 2"]
+
+
+async def test_bad_input_names_the_field_and_submits_nothing(gpuqueue_env, jp_fetch):
+    cases = [
+        (["submit", "--flavor", "nvidia-nonexistent", PY, "-c", "pass"], "flavor"),
+        (["submit", "--priority", "no-such-class", PY, "-c", "pass"], "priorityClass"),
+        (["submit", "--queue", "team-a/no-such-queue", PY, "-c", "pass"], "localQueue"),
+        (["submit", "--max-runtime", "soon", PY, "-c", "pass"], "maxRuntime"),
+        (["submit", "--name", "Bad_Name", PY, "-c", "pass"], "name"),
+        (["submit", "--env", "NOEQUALS", PY, "-c", "pass"], "env"),
+        (["submit", "no-such-dir/missing.py"], "script"),
+        (["submit", "--gpus", "0", PY], "--gpus"),
+        (["submit", "--gpus", "2"], "script or command"),
+        (["cancel", "no-such-job"], "name"),
+        (["logs", "no-such-job"], "name"),
+        (["list", "--state", "Sleeping"], "state"),
+    ]
+    for argv, field in cases:
+        rc, out, err = await arun(*argv, env=gpuqueue_env)
+        assert rc == 2, (argv, out, err)
+        assert field in err, (argv, err)
+        assert out == "", (argv, out)
+    r = await jp_fetch("gpuqueue", "api", "workloads")
+    assert json.loads(r.body)["items"] == []
+
+
+async def test_estimate_queues_inventory_info_prices(gpuqueue_env):
+    rc, out, err = await arun("estimate", "--gpus", "2", "--max-runtime", "30m", "--json", PY, "-c", "pass",
+                              env=gpuqueue_env)
+    assert rc == 0, err
+    est = json.loads(out)
+    assert est["quantity"] == 2 and est["maxRuntimeSeconds"] == 1800
+    rc, out, err = await arun("estimate", "--gpus", "2", "--max-runtime", "30m", "train.py", env=gpuqueue_env)
+    assert rc == 0, err
+    assert "GPU-hours" in out and "$" in out
+
+    rc, out, err = await arun("queues", env=gpuqueue_env)
+    assert rc == 0 and "ClusterQueue" in out and "NOMINAL" in out, err
+    rc, out, err = await arun("inventory", env=gpuqueue_env)
+    assert rc == 0 and "FREE" in out and "GPU 0" in out, err
+    rc, out, err = await arun("info", env=gpuqueue_env)
+    assert rc == 0 and "alice" in out and "LocalQueues" in out, err
+    rc, out, err = await arun("prices", env=gpuqueue_env)
+    assert rc == 0 and "USD/GPU-HOUR" in out, err
+
+
+async def test_client_raises_the_servers_errors(gpuqueue_env):
+    from jupyter_gpuqueue.client import GpuQueueClient
+    from jupyter_gpuqueue.errors import NotFound, ValidationError
+
+    client = GpuQueueClient(gpuqueue_env["GPUQUEUE_URL"], gpuqueue_env["GPUQUEUE_TOKEN"])
+    with pytest.raises(ValidationError) as e:
+        await asyncio.to_thread(client.submit, {"command": [PY, "-c", "pass"], "flavor": "nope"})
+    assert e.value.field == "flavor" and e.value.status == 400 and "nope" in e.value.message
+    with pytest.raises(NotFound) as e:
+        await asyncio.to_thread(client.get, "team-a", "missing")
+    assert e.value.status == 404
+    bad_token = GpuQueueClient(gpuqueue_env["GPUQUEUE_URL"], "wrong-token")
+    with pytest.raises(GpuQueueError) as e:
+        await asyncio.to_thread(bad_token.info)
+    assert e.value.status == 403
+    wls = await asyncio.to_thread(
+        client.submit_manifest,
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: via-client\n  namespace: team-a\n"
+        "  labels:\n    kueue.x-k8s.io/queue-name: team-a-queue\nspec:\n  template:\n    spec:\n"
+        "      restartPolicy: Never\n"
+        f"      containers:\n        - name: main\n          command: [{PY!r}, '-c', 'pass']\n"
+        "          resources:\n            limits:\n              nvidia.com/gpu: 1\n",
+    )
+    assert [w["name"] for w in wls] == ["via-client"]
+    assert (await asyncio.to_thread(client.find, "via-client"))["namespace"] == "team-a"
