@@ -227,10 +227,14 @@ def request_from_args(
 
 
 def money(value: Any) -> str:
-    """USD rounded to cents, e.g. ``$0.37`` (``-`` for None)."""
+    """USD for people: cents (``$0.37``), or four decimals below a cent so that a short job does not
+    read as free (``$0.0007``); ``-`` for None. The panel formats money the same way."""
     if value is None:
         return "-"
-    return f"${float(value):,.2f}"
+    v = float(value)
+    if 0 < abs(v) < 0.01:
+        return f"${v:.4f}"
+    return f"${v:,.2f}"
 
 
 def duration(seconds: Any) -> str:

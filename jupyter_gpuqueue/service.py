@@ -36,7 +36,13 @@ from .backends.base import Backend, LaunchSpec, RunInfo
 from .engine import serialize
 from .engine.errors import ManifestError
 from .engine.flavors import flavor_eligible
-from .engine.manifests import load_text, parse_duration, parse_workload_document, parse_yaml_documents
+from .engine.manifests import (
+    dns1123_label_errors,
+    load_text,
+    parse_duration,
+    parse_workload_document,
+    parse_yaml_documents,
+)
 from .engine.model import (
     GPU,
     MIG_PREFIX,
@@ -59,17 +65,15 @@ FINISHED_STATES = (SUCCEEDED, FAILED, CANCELLED)
 
 DEFAULT_MAX_RUNTIME = 3600  # seconds, when a submission gives none
 DEMO_DIR = Path(__file__).parent / "demo"
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb$")
 
 
 def _dns_label(value: str, field: str) -> str:
-    if not isinstance(value, str) or len(value) > 63 or not _DNS1123_LABEL.match(value):
-        raise ValidationError(
-            f"{value!r} is not a valid name: a DNS-1123 label must consist of lower case alphanumeric "
-            "characters or '-', start and end with an alphanumeric character, and be at most 63 characters",
-            field,
-        )
+    if not isinstance(value, str):
+        raise ValidationError("must be a string", field)
+    errors = dns1123_label_errors(value)
+    if errors:
+        raise ValidationError(f"Invalid value: {value!r}: " + "; ".join(errors), field)
     return value
 
 
@@ -1089,14 +1093,24 @@ def create_service(
 ) -> QueueService:
     """Build a QueueService with the local backend.
 
-    ``config_paths`` None: the demo cluster (``jupyter_gpuqueue/demo/cluster.yaml``). ``inventory_path``
-    None: NVML discovery where GPUs are present, else the demo inventory. ``db_url`` None:
+    ``inventory_path`` None: NVML discovery where GPUs are present, else the demo inventory.
+    ``config_paths`` None: with discovered GPUs, one team owning exactly them
+    (``inventory.default_config``); else the demo cluster (``jupyter_gpuqueue/demo/cluster.yaml``). ``db_url`` None:
     ``sqlite:///{data_dir}/gpuqueue.sqlite``. Raises ValidationError for an invalid configuration."""
     from .backends.local import LocalBackend
     from .inventory import load_inventory
+    from .inventory.default_config import config_for_inventory
 
-    paths = list(config_paths) if config_paths else [str(DEMO_DIR / "cluster.yaml")]
+    inventory = load_inventory(inventory_path)
     config = ClusterConfig()
+    if config_paths:
+        paths = list(config_paths)
+    elif inventory.source == "nvml":
+        # Real GPUs and no configuration: one team owning exactly the discovered hardware.
+        paths = []
+        config = config_for_inventory(inventory)
+    else:
+        paths = [str(DEMO_DIR / "cluster.yaml")]
     for p in paths:
         try:
             text = Path(p).read_text()
@@ -1107,7 +1121,6 @@ def create_service(
         except ManifestError as exc:
             raise ValidationError(str(exc), "config_files") from None
         config.merge(m.config)
-    inventory = load_inventory(inventory_path)
     os.makedirs(data_dir, exist_ok=True)
     ledger = Ledger(db_url or f"sqlite:///{os.path.join(os.path.abspath(data_dir), 'gpuqueue.sqlite')}")
     price_obj = Prices(prices) if prices else Prices()

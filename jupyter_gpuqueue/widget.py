@@ -32,7 +32,9 @@ _STATE_COLOURS = {
 
 
 def _money(value: Any) -> str:
-    return "–" if value is None else f"${float(value):,.2f}"
+    from .cli import money
+
+    return money(value)
 
 
 def _flavors(workload: dict) -> str:

@@ -241,3 +241,31 @@ def test_shipped_demo_inventory_is_valid():
         pytest.skip("demo/inventory.yaml not written yet")
     inv = load_inventory_file(inventory.DEMO_INVENTORY_PATH, source="demo")
     assert inv.nodes and all(n.gpus for n in inv.nodes)
+
+
+def test_default_config_for_a_discovered_workstation_admits_onto_its_gpus():
+    """With real GPUs and no configuration, the generated queue matches the hardware exactly."""
+    from jupyter_gpuqueue.engine.model import GPU, GpuDevice, Inventory, MigDevice, Node, PodSet, Workload
+    from jupyter_gpuqueue.engine.scheduler import Scheduler
+    from jupyter_gpuqueue.inventory.default_config import config_for_inventory
+
+    inv = Inventory(
+        nodes=[Node("ws", {"nvidia.com/gpu.product": "NVIDIA-H200"}, gpus=[
+            GpuDevice(0, "GPU-a"),
+            GpuDevice(1, "GPU-b", mig=[MigDevice("MIG-1", "1g.18gb", 1), MigDevice("MIG-2", "3g.71gb", 3)]),
+        ])],
+        source="nvml",
+    )
+    cfg = config_for_inventory(inv)
+    assert sorted(cfg.resource_flavors) == ["nvidia-h200", "nvidia-h200-mig"]
+    cq = cfg.cluster_queues["default-cq"]
+    assert [(f.name, [(r.name, r.nominal_quota) for r in f.resources]) for g in cq.resource_groups for f in g.flavors] == [
+        ("nvidia-h200", [(GPU, 1)]),
+        ("nvidia-h200-mig", [("nvidia.com/mig-1g.18gb", 1), ("nvidia.com/mig-3g.71gb", 1)]),
+    ]
+    s = Scheduler(cfg, inv)
+    s.add_workload(Workload("default", "whole", "default-queue", [PodSet("main", 1, {GPU: 1})], uid="1"))
+    s.add_workload(Workload("default", "slice", "default-queue", [PodSet("main", 1, {"nvidia.com/mig-3g.71gb": 1})], uid="2"))
+    s.run_until_stable(0)
+    assert s.admitted["default/whole"].admission.placements[0].devices == ["0"]
+    assert s.admitted["default/slice"].admission.placements[0].devices == ["MIG-2"]

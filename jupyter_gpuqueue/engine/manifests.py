@@ -312,7 +312,8 @@ _LABEL_VALUE_MSG = (
 )
 
 
-def _dns1123_label_errors(value: str) -> list[str]:
+def dns1123_label_errors(value: str) -> list[str]:
+    """Why ``value`` is not a DNS-1123 label (Kubernetes ``IsDNS1123Label``); empty if it is."""
     errs = []
     if len(value) > 63:
         errs.append("must be no more than 63 characters")
@@ -382,7 +383,7 @@ def _dns_subdomain(value: Any, path: str, *, required: bool = True) -> str:
 def _dns_label(value: Any, path: str, *, required: bool = True) -> str:
     text = _string(value, path, required=required)
     if text:
-        _check(_dns1123_label_errors(text), path, text)
+        _check(dns1123_label_errors(text), path, text)
     return text
 
 
@@ -1001,7 +1002,7 @@ class _Builder:
         meta = doc["metadata"]
         name = meta["name"]
         if label_name:
-            _check(_dns1123_label_errors(name), "metadata.name", name)
+            _check(dns1123_label_errors(name), "metadata.name", name)
         else:
             _check(_dns1123_subdomain_errors(name), "metadata.name", name)
         labels = _labels(meta.get("labels"), "metadata.labels")
@@ -1018,7 +1019,7 @@ class _Builder:
             if require_namespace:
                 raise _required("metadata.namespace", f"a {doc['kind']} is namespaced: name its namespace")
             namespace = DEFAULT_NAMESPACE
-        _check(_dns1123_label_errors(namespace), "metadata.namespace", namespace)
+        _check(dns1123_label_errors(namespace), "metadata.namespace", namespace)
         labels = _labels(meta.get("labels"), "metadata.labels")
         annotations = _annotations(meta.get("annotations"), "metadata.annotations")
         return name, namespace, labels, annotations
@@ -1518,7 +1519,7 @@ class _Builder:
             ipath = _index(tpath, i)
             task = _mapping(task, ipath, required=True)
             tname = _string(task.get("name"), _child(ipath, "name")) or f"default{i}"
-            _check(_dns1123_label_errors(tname), _child(ipath, "name"), tname)
+            _check(dns1123_label_errors(tname), _child(ipath, "name"), tname)
             if any(ps.name == tname for ps in pod_sets):
                 raise _duplicate(_child(ipath, "name"), tname, f"duplicated task name {tname}")
             # TaskSpec.replicas has no default in Volcano: absent is 0 pods.
@@ -1618,7 +1619,7 @@ class _Builder:
             ps = _mapping(ps, ipath, required=True)
             _known_fields(ps, ("name", "template", "count", "minCount", "topologyRequest"), ipath)
             psname = _string(ps.get("name"), _child(ipath, "name")) or "main"
-            _check(_dns1123_label_errors(psname), _child(ipath, "name"), psname)
+            _check(dns1123_label_errors(psname), _child(ipath, "name"), psname)
             if any(p.name == psname for p in pod_sets):
                 raise _duplicate(ipath, {"name": psname})
             count = _integer(ps.get("count"), _child(ipath, "count"), default=1, minimum=0)
