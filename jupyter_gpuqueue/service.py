@@ -52,6 +52,7 @@ from .engine.model import (
     Workload,
 )
 from .engine.quantity import format_quantity
+from .engine.preemption import HUMAN_REASONS
 from .engine.scheduler import Scheduler, SchedulerOptions
 from .errors import Forbidden, GpuQueueError, NotFound, ValidationError
 from .ledger import Ledger, Prices
@@ -225,6 +226,8 @@ class QueueService:
             result = self.scheduler.schedule(now)
             if result.heads == 0 or not result.changed:
                 break
+            for p in result.preempted:
+                self._preempt(p, now)
             for wl in result.admitted:
                 admitted_any = True
                 self._admit(self.by_key[wl.key], wl, now)
@@ -310,12 +313,53 @@ class QueueService:
         rec.update(state=RUNNING, run=info.to_json(), started_at=info.started_at)
         self._emit_workload(uid)
 
+    def _preempt(self, p, now: float) -> None:
+        """A victim was chosen: stop its process; it goes back to the queue once it is gone
+        (``_requeue_evicted``), and only then are its quota and devices released."""
+        uid = self.by_key.get(p.victim)
+        if uid is None:
+            return
+        rec = self.records[uid]
+        preemptor = self.records.get(self.by_key.get(p.preemptor, ""), {})
+        message = (f"Preempted to accommodate {p.preemptor} (UID: {preemptor.get('uid', '?')}) due to "
+                   f"{HUMAN_REASONS.get(p.reason, p.reason)}")
+        rec["message"] = message
+        self.ledger.update_workload(uid, message=message)
+        if rec["state"] == RUNNING and uid in self.backend.running():
+            self.stopping[uid] = "Preempted:" + p.reason
+            self.backend.stop(uid, message, self.stop_grace_seconds)
+        else:
+            self._requeue_evicted(uid, now, p.reason, message)
+        self._emit_workload(uid)
+
+    def _requeue_evicted(self, uid: str, when: float, reason: str, message: str) -> None:
+        """A preempted workload has stopped: close its usage, release its quota, queue it again."""
+        rec = self.records[uid]
+        key = f"{rec['namespace']}/{rec['name']}"
+        evictions = int(rec.get("evictions") or 0) + 1
+        with self.ledger.transaction():
+            self.ledger.close_intervals(uid, when)
+            self.ledger.update_workload(uid, state=PENDING, admission=None, run=None, admitted_at=None,
+                                        started_at=None, evictions=evictions, reason="Preempted",
+                                        message=message)
+        rec.update(state=PENDING, admission=None, run=None, admitted_at=None, started_at=None,
+                   evictions=evictions, reason="Preempted", message=message)
+        if key in self.scheduler.admitted:
+            self.scheduler.evict(key, when)
+        self._dirty = True
+        self._emit_workload(uid)
+        self._emit({"type": "queues"})
+        self._emit({"type": "inventory"})
+
     def _finish(self, uid: str, state: str, exit_code: Optional[int], when: float, message: str,
                 *, in_scheduler: bool = True) -> None:
         rec = self.records.get(uid)
         if rec is None:
             return
         stop_reason = self.stopping.pop(uid, None)
+        if stop_reason and stop_reason.startswith("Preempted:") and rec["state"] != CANCELLED:
+            self._requeue_evicted(uid, when, stop_reason.split(":", 1)[1], rec.get("message") or message)
+            return
         reason = None
         if rec["state"] == CANCELLED:
             # Cancelled by the user earlier: the row is final; only release what the process held.

@@ -326,3 +326,23 @@ spec:
     with pytest.raises(ValidationError) as err:
         svc.submit_manifest("kind: Job\napiVersion: batch/v1\nmetadata: {name: x}\nspec: {parallelism: -1}", user="bob")
     assert err.value.field
+
+
+def test_preemption_stops_the_victim_requeues_it_and_runs_the_preemptor(env):
+    make, tmp = env
+    (tmp / "cluster.yaml").write_text(CLUSTER.replace(
+        "metadata: {name: cq-one}\nspec:\n", "metadata: {name: cq-one}\nspec:\n  preemption: {withinClusterQueue: LowerPriority}\n"))
+    svc = make()
+    # "low" holds both gpu-a devices (its nominal 1 + the idle 1 of cq-two it borrows).
+    svc.submit({"name": "low", "command": [PY, "-c", "import time; time.sleep(60)"], "flavor": "gpu-a",
+                "gpus": 2, "priorityClass": "low"}, user="alice")
+    wait(svc, lambda: state(svc, "one", "low") == "Running")
+    svc.submit({"name": "high", "command": [PY, "-c", "print('urgent')"], "flavor": "gpu-a",
+                "priorityClass": "high"}, user="alice")
+    wait(svc, lambda: state(svc, "one", "high") == "Succeeded")
+    low = svc.get_workload("one", "low")
+    assert low["evictions"] == 1
+    # The victim was billed only while it ran, and comes back when the quota is free again.
+    wait(svc, lambda: state(svc, "one", "low") == "Running")
+    assert len(svc.ledger.intervals(low["uid"])) == 2
+    svc.cancel("one", "low", user="alice")

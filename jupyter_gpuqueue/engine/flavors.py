@@ -22,7 +22,7 @@ needed"), so that people who know Kueue recognise them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from .model import (
     BORROW,
@@ -35,10 +35,18 @@ from .model import (
 )
 from .quota import FlavorResource, QuotaNode
 
-# Modes, ordered worst to best (Kueue granularMode: noFit < noPreemptionCandidates < preempt < fit).
+# Modes, ordered worst to best (Kueue granularMode: noFit < noPreemptionCandidates < preempt <
+# reclaim < fit). "preempt" needs victims in the workload's own ClusterQueue, "reclaim" only in
+# other ClusterQueues of the cohort.
 NO_FIT = 0
+NO_CANDIDATES = 1
 PREEMPT_MODE = 2
+RECLAIM = 3
 FIT = 4
+
+# An oracle answers, for one (flavor, resource) and a quantity that does not fit the unused quota,
+# whether preemption could make room: (mode, borrowing level after preemption).
+Oracle = Callable[[FlavorResource, int], tuple[int, int]]
 
 
 @dataclass(slots=True)
@@ -48,6 +56,7 @@ class FlavorChoice:
     borrowing_level: int = 0
     messages: list[str] = field(default_factory=list)
     exceeds_max: bool = False
+    preempt_frs: set = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -59,6 +68,7 @@ class PodSetAssignmentResult:
     borrowing_level: int
     message: str = ""
     exceeds_max: bool = False
+    preempt_frs: set = field(default_factory=set)  # (flavor, resource) pairs that need preemption
 
 
 @dataclass(slots=True)
@@ -79,6 +89,13 @@ class Assignment:
     @property
     def borrows(self) -> bool:
         return self.borrowing_level > 0
+
+    @property
+    def preempt_frs(self) -> set:
+        out: set = set()
+        for p in self.pod_sets:
+            out |= p.preempt_frs
+        return out
 
     @property
     def exceeds_max(self) -> bool:
@@ -113,10 +130,15 @@ def assign_flavors(
     node: QuotaNode,
     config: ClusterConfig,
     counts: Optional[list[int]] = None,
+    oracle: Optional[Oracle] = None,
+    can_preempt_while_borrowing: bool = False,
 ) -> Assignment:
     """Assign flavors to every PodSet (``counts`` overrides PodSet counts, for partial admission).
 
-    Pure with respect to ``node``: usage is read, never changed."""
+    ``oracle`` (Kueue's preemption oracle) tells whether preemption could free what does not fit;
+    without one, such a flavor counts as needing preemption whenever its nominal quota could hold
+    the request. Pure with respect to ``node``: usage is read (the oracle restores what it
+    simulates)."""
     usage: dict[FlavorResource, int] = {}
     results: list[PodSetAssignmentResult] = []
     fungibility = cq.flavor_fungibility
@@ -128,6 +150,7 @@ def assign_flavors(
         ps_level = 0
         messages: list[str] = []
         exceeds = False
+        ps_preempt: set = set()
         # Group the requested resources by the resource group that covers them.
         groups: dict[int, dict[str, int]] = {}
         for r, q in requests.items():
@@ -151,18 +174,13 @@ def assign_flavors(
                 if why is not None:
                     tried_msgs.append(why)
                     continue
-                choice = _fits_flavor(fq.name, reqs, usage, node)
+                choice = _fits_flavor(fq.name, reqs, usage, node, oracle, can_preempt_while_borrowing)
                 tried_msgs.extend(choice.messages)
                 all_exceeded = all_exceeded and choice.exceeds_max
                 if best is None or _preferred(choice, best):
                     best = choice
-                if choice.mode == FIT:
-                    if choice.borrowing_level == 0 or fungibility.when_can_borrow == BORROW:
-                        break
-                elif choice.mode == PREEMPT_MODE:
-                    if fungibility.when_can_preempt == PREEMPT:
-                        break
-                # NO_FIT, or fungibility says look further.
+                if not _should_try_next_flavor(choice, fungibility):
+                    break
             if best is None or best.mode == NO_FIT:
                 ps_mode = NO_FIT
                 exceeds = exceeds or (best is not None and all_exceeded)
@@ -176,6 +194,7 @@ def assign_flavors(
             if best.mode != FIT:
                 ps_mode = min(ps_mode, best.mode)
                 messages.extend(best.messages)
+                ps_preempt |= best.preempt_frs
         results.append(
             PodSetAssignmentResult(
                 name=ps.name,
@@ -185,9 +204,24 @@ def assign_flavors(
                 borrowing_level=ps_level,
                 message=", ".join(messages),
                 exceeds_max=exceeds and ps_mode == NO_FIT,
+                preempt_frs=ps_preempt,
             )
         )
     return Assignment(pod_sets=results, usage=usage)
+
+
+def _should_try_next_flavor(choice: FlavorChoice, fungibility) -> bool:
+    """Kueue ``shouldTryNextFlavor``: stop at a flavor that fits without borrowing; at one that
+    borrows unless ``whenCanBorrow: TryNextFlavor``; at one that needs preemption when
+    ``whenCanPreempt: Preempt`` (and, if it also borrows, ``whenCanBorrow: Borrow``)."""
+    borrows = choice.borrowing_level > 0
+    if choice.mode in (PREEMPT_MODE, RECLAIM) and fungibility.when_can_preempt == PREEMPT:
+        if not borrows or fungibility.when_can_borrow == BORROW:
+            return False
+    if choice.mode == FIT:
+        if not borrows or fungibility.when_can_borrow == BORROW:
+            return False
+    return True
 
 
 def _preferred(a: FlavorChoice, b: FlavorChoice) -> bool:
@@ -199,12 +233,19 @@ def _preferred(a: FlavorChoice, b: FlavorChoice) -> bool:
 
 
 def _fits_flavor(
-    flavor: str, reqs: dict[str, int], assigned: dict[FlavorResource, int], node: QuotaNode
+    flavor: str,
+    reqs: dict[str, int],
+    assigned: dict[FlavorResource, int],
+    node: QuotaNode,
+    oracle: Optional[Oracle],
+    can_preempt_while_borrowing: bool,
 ) -> FlavorChoice:
+    """Kueue ``fitsResourceQuota`` over every resource of one flavor; the flavor's mode is the worst."""
     mode = FIT
     level = 0
     messages: list[str] = []
     exceeded = False
+    preempt_frs: set = set()
     for r, q in reqs.items():
         fr = (flavor, r)
         prev = assigned.get(fr, 0)
@@ -224,23 +265,38 @@ def _fits_flavor(
                     f"({q} > {potential})"
                 )
             continue
+        borrow = node.borrowing_level(fr, val)
         available = node.available(fr)
         if val <= available:
-            level = max(level, node.borrowing_level(fr, val))
+            level = max(level, borrow)
             continue
-        # The quota exists but is in use: only preemption could free it.
-        mode = min(mode, PREEMPT_MODE)
         messages.append(
             f"insufficient unused quota for {r} in flavor {flavor}, {val - max(available, 0)} more needed"
         )
-    return FlavorChoice(flavor=flavor, mode=mode, borrowing_level=level, messages=messages, exceeds_max=exceeded)
+        if val <= node.nominal.get(fr, 0) or can_preempt_while_borrowing:
+            if oracle is not None:
+                fr_mode, borrow = oracle(fr, val)
+            else:
+                fr_mode = PREEMPT_MODE
+            if fr_mode != NO_FIT:
+                preempt_frs.add(fr)
+            mode = min(mode, fr_mode)
+            level = max(level, borrow)
+        else:
+            mode = NO_FIT
+    return FlavorChoice(
+        flavor=flavor, mode=mode, borrowing_level=level, messages=messages, exceeds_max=exceeded,
+        preempt_frs=preempt_frs,
+    )
 
 
 __all__ = [
     "Assignment",
     "FIT",
+    "NO_CANDIDATES",
     "NO_FIT",
     "PREEMPT_MODE",
+    "RECLAIM",
     "PodSetAssignmentResult",
     "assign_flavors",
     "flavor_eligible",

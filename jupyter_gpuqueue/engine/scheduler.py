@@ -13,8 +13,17 @@ One cycle (Kueue ``pkg/scheduler/scheduler.go: schedule``):
    (a workload that no longer fits is requeued at once, Kueue's ``FailedAfterNomination``), place
    its pods on devices (ours: see ``placement``), then admit: charge its usage to the ClusterQueue
    and, above nominal quota, to its cohort.
+   An entry that needs preemption (``preemption``) claims its usage for the rest of the cycle,
+   marks its victims as being evicted (``CycleResult.preempted``) and waits: entries whose victims
+   overlap an earlier entry's are skipped; one without victims whose ClusterQueue cannot always
+   reclaim (``reclaimWithinCohort`` other than ``Any``) reserves what it could use, so that lower
+   entries cannot take it (Kueue ``resourcesToReserve``).
 5. **Requeue** the rest with their reason: ``StrictFIFO`` heads go back and keep blocking;
    ``BestEffortFIFO`` heads are parked until quota is freed somewhere in their cohort tree.
+
+Victims keep their quota and devices until the caller reports them stopped with ``evict`` (the live
+service when the process is gone; ``simulate`` and the simulator at once), as Kueue waits for the
+evicted pods to terminate.
 
 Nothing here reads a clock: ``now`` is passed in. Given the same calls, the same decisions.
 """
@@ -24,8 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from .flavors import FIT, NO_FIT, Assignment, assign_flavors
+from .flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT_MODE, RECLAIM, Assignment, assign_flavors
 from .model import (
+    ANY,
+    NEVER,
     REASON_EXCEEDS_MAX_QUOTA,
     REASON_INACTIVE,
     REASON_MISCONFIGURED,
@@ -41,8 +52,9 @@ from .model import (
     Workload,
 )
 from .placement import DeviceAllocator
+from .preemption import Preemptor, Target, add_usage, remove_usage, workload_usage
 from .queues import ClusterQueueQueue
-from .quota import QuotaTree
+from .quota import FlavorResource, QuotaNode, QuotaTree
 
 
 @dataclass
@@ -57,13 +69,26 @@ class SchedulerOptions:
     heads_per_cluster_queue: int = 1
 
 
+@dataclass(slots=True)
+class Preemption:
+    """A victim the caller must stop, then report with ``Scheduler.evict``. ``reason``: Kueue's
+    (InClusterQueue, InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing)."""
+
+    victim: str
+    preemptor: str
+    reason: str
+    victim_cluster_queue: str
+
+
 @dataclass
 class CycleResult:
     """What one cycle decided. ``admitted``: workloads admitted (their ``admission`` set).
-    ``requeued``: keys of heads that were considered and stay pending. ``changed``: whether
-    anything observable changed (an admission, a parking, a new reason)."""
+    ``preempted``: victims newly chosen (still admitted until ``evict``). ``requeued``: keys of
+    heads that were considered and stay pending. ``changed``: whether anything observable changed
+    (an admission, a preemption, a parking, a new reason)."""
 
     admitted: list[Workload] = field(default_factory=list)
+    preempted: list[Preemption] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
     heads: int = 0
     changed: bool = False
@@ -76,6 +101,7 @@ class _Entry:
     assignment: Optional[Assignment]
     reason: str = ""
     message: str = ""
+    targets: list[Target] = field(default_factory=list)
 
 
 class Scheduler:
@@ -100,6 +126,13 @@ class Scheduler:
         self.pending_reason: dict[str, tuple[str, str]] = {}
         self.orphans: dict[str, str] = {}  # key -> LocalQueue key it names
         self._placement_parked: dict[str, str] = {}  # key -> cluster queue
+        # Admitted workloads, indexed for preemption.
+        self.admitted_by_cq: dict[str, dict[str, None]] = {}
+        self.admitted_cq: dict[str, str] = {}
+        self.usage_of: dict[str, dict[FlavorResource, int]] = {}
+        self.admit_time: dict[str, Optional[float]] = {}
+        self.evicting: dict[str, str] = {}  # victim key -> preemptor key
+        self.preemptor = Preemptor(self)
         self._configure(config)
 
     # -- configuration ------------------------------------------------------------------------------
@@ -128,7 +161,7 @@ class Scheduler:
         self.orphans.clear()
         self._placement_parked.clear()
         for wl in self.admitted.values():
-            self._charge(wl, +1)
+            self._charge_node(wl.admission.cluster_queue, self.usage_of[wl.key], +1)
         for wl in sorted(pending, key=lambda w: (w.order_time, w.key)):
             self._enqueue(wl)
 
@@ -145,8 +178,7 @@ class Scheduler:
             raise ValueError(f"workload {wl.key} already exists")
         self.workloads[wl.key] = wl
         if wl.admission is not None:
-            self.admitted[wl.key] = wl
-            self._charge(wl, +1)
+            self._add_admitted(wl, None)
             if self.allocator is not None and wl.admission.placements:
                 self.allocator.assign(wl.key, wl.admission.placements)
         else:
@@ -183,10 +215,9 @@ class Scheduler:
         self.orphans.pop(key, None)
         self._placement_parked.pop(key, None)
         if key in self.admitted:
-            del self.admitted[key]
-            self._charge(wl, -1)
+            cq = self._remove_admitted(key)
             freed_devices = self.allocator.release(key) if self.allocator is not None else False
-            self._requeue_after_release(wl.admission.cluster_queue, freed_devices)
+            self._requeue_after_release(cq, freed_devices)
         else:
             cq = self.cluster_queue_name(wl)
             if cq in self.queues:
@@ -198,10 +229,9 @@ class Scheduler:
         eviction). ``evictions`` counts up. With ``reset_order`` its queue-order time becomes
         ``now`` (Kueue's requeuingStrategy ``timestamp: Eviction``); by default it keeps its place
         (Kueue orders preempted workloads by creation time)."""
-        wl = self.admitted.pop(key)
-        self._charge(wl, -1)
+        wl = self.admitted[key]
+        cq = self._remove_admitted(key)
         freed = self.allocator.release(key) if self.allocator is not None else False
-        cq = wl.admission.cluster_queue
         wl.admission = None
         wl.evictions += 1
         if reset_order:
@@ -211,20 +241,35 @@ class Scheduler:
         self._requeue_after_release(cq, freed)
         return wl
 
-    def _charge(self, wl: Workload, sign: int) -> None:
-        adm = wl.admission
-        node = self.tree.cluster_queues.get(adm.cluster_queue)
+    def _add_admitted(self, wl: Workload, now: Optional[float]) -> None:
+        key = wl.key
+        cq = wl.admission.cluster_queue
+        usage = workload_usage(wl)
+        self.admitted[key] = wl
+        self.admitted_cq[key] = cq
+        self.usage_of[key] = usage
+        self.admit_time[key] = now
+        self.admitted_by_cq.setdefault(cq, {})[key] = None
+        self._charge_node(cq, usage, +1)
+
+    def _remove_admitted(self, key: str) -> str:
+        wl = self.admitted.pop(key)
+        cq = self.admitted_cq.pop(key)
+        usage = self.usage_of.pop(key)
+        self.admit_time.pop(key, None)
+        self.evicting.pop(key, None)
+        self.admitted_by_cq.get(cq, {}).pop(key, None)
+        self._charge_node(cq, usage, -1)
+        return cq
+
+    def _charge_node(self, cq: str, usage: dict[FlavorResource, int], sign: int) -> None:
+        node = self.tree.cluster_queues.get(cq)
         if node is None:
             return
-        for psa in adm.pod_set_assignments:
-            for r, flavor in psa.flavors.items():
-                q = psa.resource_usage.get(r, 0)
-                if q <= 0:
-                    continue
-                if sign > 0:
-                    node.add_usage((flavor, r), q)
-                else:
-                    node.remove_usage((flavor, r), q)
+        if sign > 0:
+            add_usage(node, usage)
+        else:
+            remove_usage(node, usage)
 
     def _requeue_after_release(self, cq_name: str, freed_devices: bool) -> None:
         node = self.tree.cluster_queues.get(cq_name)
@@ -260,7 +305,7 @@ class Scheduler:
                 key = q.pop()
                 if key is None:
                     break
-                entries.append(self._nominate(self.workloads[key], cq))
+                entries.append(self._nominate(self.workloads[key], cq, now))
         result.heads = len(entries)
         if not entries:
             return result
@@ -270,18 +315,89 @@ class Scheduler:
             return (borrows > 0, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
 
         entries.sort(key=iteration_key)
-        for e in entries:
-            self._process(e, now, result)
+        # Usage held for the rest of this cycle only (preemptors, reservations): undone at the end.
+        self._cycle_holds: list[tuple[QuotaNode, dict[FlavorResource, int]]] = []
+        self._cycle_targets: set[str] = set()
+        try:
+            for e in entries:
+                self._process(e, now, result)
+        finally:
+            for node, usage in reversed(self._cycle_holds):
+                remove_usage(node, usage)
+            self._cycle_holds = []
         return result
 
-    def _nominate(self, wl: Workload, cq: ClusterQueue) -> _Entry:
+    def _can_preempt_while_borrowing(self, cq: ClusterQueue) -> bool:
+        """Kueue ``canPreemptWhileBorrowing``."""
+        bwc = cq.preemption.borrow_within_cohort
+        if bwc is not None and bwc.policy != NEVER:
+            return True
+        return self.config.fair_sharing.enable and cq.preemption.reclaim_within_cohort != NEVER
+
+    def _nominate(self, wl: Workload, cq: ClusterQueue, now: float) -> _Entry:
         selector = cq.namespace_selector
         if selector is None or not selector.matches(self.config.namespace_labels(wl.namespace)):
             return _Entry(wl, cq, None, REASON_MISCONFIGURED,
                           "Workload namespace doesn't match ClusterQueue selector")
         node = self.tree.cluster_queues[cq.name]
-        assignment = assign_flavors(wl.pod_sets, cq, node, self.config)
-        return _Entry(wl, cq, assignment)
+
+        def oracle(fr: FlavorResource, val: int) -> tuple[int, int]:
+            # Kueue PreemptionOracle.SimulatePreemption: would preemption make room for val of fr?
+            targets = self.preemptor.get_targets(wl, cq, {fr: val}, {fr}, now)
+            if not targets:
+                return NO_CANDIDATES, 0
+            removed = [(self.tree.cluster_queues[t.cluster_queue], self.usage_of[t.key]) for t in targets]
+            for n, u in removed:
+                remove_usage(n, u)
+            borrow = node.borrowing_level(fr, val)
+            for n, u in removed:
+                add_usage(n, u)
+            own = any(t.cluster_queue == cq.name for t in targets)
+            return (PREEMPT_MODE if own else RECLAIM), borrow
+
+        assignment = assign_flavors(
+            wl.pod_sets, cq, node, self.config, oracle=oracle,
+            can_preempt_while_borrowing=self._can_preempt_while_borrowing(cq),
+        )
+        e = _Entry(wl, cq, assignment)
+        if assignment.mode in (NO_CANDIDATES, PREEMPT_MODE, RECLAIM):
+            e.targets = self.preemptor.get_targets(wl, cq, assignment.usage, assignment.preempt_frs, now)
+        return e
+
+    def _fits_without(self, node: QuotaNode, usage: dict[FlavorResource, int], gone: Iterable[str]) -> bool:
+        """Would ``usage`` fit ``node`` if the admitted workloads ``gone`` released their quota?"""
+        removed = []
+        for key in gone:
+            if key in self.admitted:
+                n = self.tree.cluster_queues[self.admitted_cq[key]]
+                remove_usage(n, self.usage_of[key])
+                removed.append((n, self.usage_of[key]))
+        try:
+            return all(v <= node.available(fr) for fr, v in usage.items())
+        finally:
+            for n, u in removed:
+                add_usage(n, u)
+
+    def _hold(self, node: QuotaNode, usage: dict[FlavorResource, int]) -> None:
+        add_usage(node, usage)
+        self._cycle_holds.append((node, usage))
+
+    def _reserve_for_unreclaimable(self, e: _Entry, node: QuotaNode) -> None:
+        """Kueue ``resourcesToReserve``: a workload that needs preemption but found no victims, in
+        a ClusterQueue that cannot always reclaim, keeps what it could use away from lower entries."""
+        a = e.assignment
+        reserved: dict[FlavorResource, int] = {}
+        for fr, val in a.usage.items():
+            used = node.usage.get(fr, 0)
+            nominal = node.nominal.get(fr, 0)
+            if a.borrows:
+                bl = node.borrowing_limit.get(fr)
+                reserved[fr] = val if bl is None else max(0, min(val, nominal + bl - used))
+            else:
+                reserved[fr] = max(0, min(val, nominal - used))
+        reserved = {fr: v for fr, v in reserved.items() if v > 0}
+        if reserved:
+            self._hold(node, reserved)
 
     def _process(self, e: _Entry, now: float, result: CycleResult) -> None:
         wl, cq = e.wl, e.cq
@@ -290,18 +406,47 @@ class Scheduler:
             self._requeue(e, q, result, immediate=False)
             return
         a = e.assignment
-        if a.mode != FIT:
-            e.reason = REASON_EXCEEDS_MAX_QUOTA if (a.mode == NO_FIT and a.exceeds_max) else REASON_NO_FIT
+        mode = a.mode
+        if mode == NO_FIT:
+            e.reason = REASON_EXCEEDS_MAX_QUOTA if a.exceeds_max else REASON_NO_FIT
             e.message = a.message()
             self._requeue(e, q, result, immediate=False)
             return
         node = self.tree.cluster_queues[cq.name]
-        for fr, val in a.usage.items():
-            if val > node.available(fr):
+        if mode != FIT:
+            if not e.targets:
+                e.reason, e.message = REASON_NO_FIT, a.message()
+                if cq.preemption.reclaim_within_cohort != ANY:
+                    self._reserve_for_unreclaimable(e, node)
+                self._requeue(e, q, result, immediate=False)
+                return
+            keys = [t.key for t in e.targets]
+            if any(k in self._cycle_targets for k in keys):
+                e.reason = REASON_NO_FIT
+                e.message = "Workload has overlapping preemption targets with another workload"
+                self._requeue(e, q, result, immediate=True)
+                return
+            if not self._fits_without(node, a.usage, list(self._cycle_targets) + keys):
                 e.reason = REASON_NO_FIT
                 e.message = "Workload no longer fits after processing another workload"
                 self._requeue(e, q, result, immediate=True)
                 return
+            self._cycle_targets.update(keys)
+            self._hold(node, a.usage)
+            for t in e.targets:
+                if t.key not in self.evicting:
+                    self.evicting[t.key] = wl.key
+                    result.preempted.append(Preemption(t.key, wl.key, t.reason, t.cluster_queue))
+                    result.changed = True
+            e.reason = REASON_PENDING
+            e.message = f"Pending the preemption of {len(keys)} workload(s)"
+            self._requeue(e, q, result, immediate=True)
+            return
+        if not self._fits_without(node, a.usage, self._cycle_targets):
+            e.reason = REASON_NO_FIT
+            e.message = "Workload no longer fits after processing another workload"
+            self._requeue(e, q, result, immediate=True)
+            return
         placements: list[DevicePlacement] = []
         if self.allocator is not None:
             pod_sets = [(ps, pa.count, pa.flavors) for ps, pa in zip(wl.pod_sets, a.pod_sets)]
@@ -326,9 +471,8 @@ class Scheduler:
             ],
             placements=placements,
         )
-        self._charge(wl, +1)
+        self._add_admitted(wl, now)
         q.delete(wl.key)
-        self.admitted[wl.key] = wl
         self.pending_reason.pop(wl.key, None)
         self._placement_parked.pop(wl.key, None)
         result.admitted.append(wl)
@@ -347,11 +491,18 @@ class Scheduler:
             result.changed = True
         result.requeued.append(key)
 
-    def run_until_stable(self, now: float, max_cycles: int = 1_000_000) -> int:
-        """Run cycles until one changes nothing; returns the number of cycles that changed something."""
+    def run_until_stable(self, now: float, max_cycles: int = 1_000_000, *, evict_at_once: bool = True) -> int:
+        """Run cycles until one changes nothing; returns the number of cycles that changed something.
+
+        With ``evict_at_once`` every victim is evicted as soon as it is chosen (no time passes, as
+        in ``simulate``)."""
         cycles = 0
         while cycles < max_cycles:
             r = self.schedule(now)
+            if evict_at_once:
+                for p in r.preempted:
+                    if p.victim in self.admitted:
+                        self.evict(p.victim, now)
             if r.heads == 0 or not r.changed:
                 break
             cycles += 1

@@ -1,6 +1,7 @@
 """``jupyter gpuqueue simulate``: load Kueue objects and workloads, run cycles until nothing changes.
 
-No time passes and nothing finishes. The output is a contract other tools rely on::
+No time passes and nothing finishes; a preempted workload stops at once, goes back to its queue
+(``evictions`` counts it) and is admitted again when it fits. The output is a contract other tools rely on::
 
     {"workloads": {"<namespace>/<name>": {
         "state": "admitted" | "pending",
@@ -39,8 +40,12 @@ def simulate(config: ClusterConfig, workloads: list[Workload], options: Optional
             wl.uid = f"{seq:09d}"
         sched.add_workload(wl)
     cycles = 0
-    while True:
+    while cycles < 1_000_000:
         r = sched.schedule(0.0)
+        # No time passes: a victim stops at once, is back in its queue, and counts an eviction.
+        for p in r.preempted:
+            if p.victim in sched.admitted:
+                sched.evict(p.victim, 0.0)
         if r.heads == 0:
             break
         cycles += 1
