@@ -51,6 +51,7 @@ from .model import (
     PodSetAssignment,
     Workload,
 )
+from .fairsharing import FairSharing
 from .placement import DeviceAllocator
 from .preemption import Preemptor, Target, add_usage, remove_usage, workload_usage
 from .queues import ClusterQueueQueue
@@ -133,6 +134,7 @@ class Scheduler:
         self.admit_time: dict[str, Optional[float]] = {}
         self.evicting: dict[str, str] = {}  # victim key -> preemptor key
         self.preemptor = Preemptor(self)
+        self.fair = FairSharing(self)
         self._configure(config)
 
     # -- configuration ------------------------------------------------------------------------------
@@ -319,8 +321,17 @@ class Scheduler:
         self._cycle_holds: list[tuple[QuotaNode, dict[FlavorResource, int]]] = []
         self._cycle_targets: set[str] = set()
         try:
-            for e in entries:
-                self._process(e, now, result)
+            if self.config.fair_sharing.enable:
+                # Kueue's fairSharingIterator: the next entry is chosen by a DRS tournament, again
+                # after every entry, since each admission changes the shares.
+                remaining = entries
+                while remaining:
+                    e = self.fair.pick(remaining)
+                    remaining = [x for x in remaining if x is not e]
+                    self._process(e, now, result)
+            else:
+                for e in entries:
+                    self._process(e, now, result)
         finally:
             for node, usage in reversed(self._cycle_holds):
                 remove_usage(node, usage)
