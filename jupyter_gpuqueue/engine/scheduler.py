@@ -366,14 +366,50 @@ class Scheduler:
             own = any(t.cluster_queue == cq.name for t in targets)
             return (PREEMPT_MODE if own else RECLAIM), borrow
 
-        assignment = assign_flavors(
-            wl.pod_sets, cq, node, self.config, oracle=oracle,
-            can_preempt_while_borrowing=self._can_preempt_while_borrowing(cq),
-        )
-        e = _Entry(wl, cq, assignment)
-        if assignment.mode in (NO_CANDIDATES, PREEMPT_MODE, RECLAIM):
-            e.targets = self.preemptor.get_targets(wl, cq, assignment.usage, assignment.preempt_frs, now)
-        return e
+        cpwb = self._can_preempt_while_borrowing(cq)
+
+        def attempt(counts):
+            a = assign_flavors(wl.pod_sets, cq, node, self.config, counts=counts, oracle=oracle,
+                               can_preempt_while_borrowing=cpwb)
+            targets: list[Target] = []
+            if a.mode in (NO_CANDIDATES, PREEMPT_MODE, RECLAIM):
+                targets = self.preemptor.get_targets(wl, cq, a.usage, a.preempt_frs, now)
+            return a, targets
+
+        assignment, targets = attempt(None)
+        if assignment.mode != FIT and not targets and any(
+            ps.min_count is not None and ps.min_count < ps.count for ps in wl.pod_sets
+        ):
+            partial = self._partial_admission(wl, attempt)
+            if partial is not None:
+                assignment, targets = partial
+        return _Entry(wl, cq, assignment, targets=targets)
+
+    @staticmethod
+    def _partial_admission(wl: Workload, attempt):
+        """Kueue ``PodSetReducer.Search`` (``flavorassigner/podset_reducer.go``): binary search for the
+        smallest reduction — counts between ``minCount`` and ``count``, each PodSet shrunk in
+        proportion to its own range (rounded up) — that fits or fits after preemption."""
+        full = [ps.count for ps in wl.pod_sets]
+        deltas = [ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in wl.pod_sets]
+        total = sum(deltas)
+        if total == 0:
+            return None
+
+        def counts_for(i: int) -> list[int]:
+            return [c - (d * i + total - 1) // total for c, d in zip(full, deltas)]
+
+        best = None
+        lo, hi = 0, total + 1
+        while lo < hi:  # the first i (least reduction) that fits; fitting is monotone in i
+            mid = (lo + hi) // 2
+            a, targets = attempt(counts_for(mid))
+            if a.mode == FIT or targets:
+                best = (a, targets)
+                hi = mid
+            else:
+                lo = mid + 1
+        return best
 
     def _fits_without(self, node: QuotaNode, usage: dict[FlavorResource, int], gone: Iterable[str]) -> bool:
         """Would ``usage`` fit ``node`` if the admitted workloads ``gone`` released their quota?"""
