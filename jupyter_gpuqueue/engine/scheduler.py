@@ -37,6 +37,7 @@ from .flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT_MODE, RECLAIM, Assignme
 from .model import (
     ANY,
     NEVER,
+    STRICT_FIFO,
     REASON_EXCEEDS_MAX_QUOTA,
     REASON_INACTIVE,
     REASON_MISCONFIGURED,
@@ -79,6 +80,7 @@ class Preemption:
     preemptor: str
     reason: str
     victim_cluster_queue: str
+    request: dict = field(default_factory=dict)  # the preemptor's usage per (flavor, resource)
 
 
 @dataclass
@@ -316,22 +318,37 @@ class Scheduler:
             borrows = e.assignment.borrowing_level if e.assignment is not None else 0
             return (borrows > 0, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
 
-        entries.sort(key=iteration_key)
+        # Entries of one ClusterQueue (several only with heads_per_cluster_queue > 1) are taken in
+        # their queue order: at each step only each queue's first remaining entry is eligible, and a
+        # StrictFIFO queue stops at its first entry that is not admitted. With one head per queue
+        # this is exactly Kueue's iteration.
+        by_cq: dict[str, list[_Entry]] = {}
+        for e in entries:
+            by_cq.setdefault(e.cq.name, []).append(e)
         # Usage held for the rest of this cycle only (preemptors, reservations): undone at the end.
         self._cycle_holds: list[tuple[QuotaNode, dict[FlavorResource, int]]] = []
         self._cycle_targets: set[str] = set()
+        fair = self.config.fair_sharing.enable
         try:
-            if self.config.fair_sharing.enable:
-                # Kueue's fairSharingIterator: the next entry is chosen by a DRS tournament, again
-                # after every entry, since each admission changes the shares.
-                remaining = entries
-                while remaining:
-                    e = self.fair.pick(remaining)
-                    remaining = [x for x in remaining if x is not e]
-                    self._process(e, now, result)
-            else:
-                for e in entries:
-                    self._process(e, now, result)
+            while by_cq:
+                eligible = [lst[0] for lst in by_cq.values()]
+                if fair:
+                    # Kueue's fairSharingIterator: a DRS tournament, again after every entry, since
+                    # each admission changes the shares.
+                    e = self.fair.pick(sorted(eligible, key=iteration_key))
+                else:
+                    e = min(eligible, key=iteration_key)
+                lst = by_cq[e.cq.name]
+                lst.pop(0)
+                admitted_before = len(result.admitted)
+                self._process(e, now, result)
+                if len(result.admitted) == admitted_before and e.cq.queueing_strategy == STRICT_FIFO:
+                    for rest in lst:  # StrictFIFO: nothing behind a waiting head
+                        self.queues[e.cq.name].requeue(rest.wl.key, immediate=True)
+                        result.requeued.append(rest.wl.key)
+                    lst.clear()
+                if not lst:
+                    del by_cq[e.cq.name]
         finally:
             for node, usage in reversed(self._cycle_holds):
                 remove_usage(node, usage)
@@ -483,7 +500,7 @@ class Scheduler:
             for t in e.targets:
                 if t.key not in self.evicting:
                     self.evicting[t.key] = wl.key
-                    result.preempted.append(Preemption(t.key, wl.key, t.reason, t.cluster_queue))
+                    result.preempted.append(Preemption(t.key, wl.key, t.reason, t.cluster_queue, dict(a.usage)))
                     result.changed = True
             e.reason = REASON_PENDING
             e.message = f"Pending the preemption of {len(keys)} workload(s)"
