@@ -108,34 +108,47 @@ class Preemptor:
         self.sched = sched
 
     # -- candidates --------------------------------------------------------------------------------
-    def _uses(self, key: str, frs: set[FlavorResource]) -> bool:
-        return any(fr in frs for fr in self.sched.usage_of[key])
-
     def find_candidates(self, wl: Workload, cq: ClusterQueue, frs: set[FlavorResource]) -> list[str]:
         s = self.sched
+        admitted, usage_of = s.admitted, s.usage_of
+        frs_t = tuple(frs)
+
+        def uses(key: str) -> bool:  # Kueue workloadUsesResources
+            u = usage_of[key]
+            for fr in frs_t:
+                if fr in u:
+                    return True
+            return False
+
         out: list[str] = []
         policy = cq.preemption
+        prio = wl.priority
         if policy.within_cluster_queue != NEVER:
             same_prio_ok = policy.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY
             for key in s.admitted_by_cq.get(cq.name, ()):
-                cand = s.admitted[key]
-                if cand.priority > wl.priority:
+                cand = admitted[key]
+                if cand.priority > prio:
                     continue
-                if cand.priority == wl.priority and not (same_prio_ok and wl.order_time < cand.order_time):
+                if cand.priority == prio and not (same_prio_ok and wl.order_time < cand.order_time):
                     continue
-                if self._uses(key, frs):
+                if uses(key):
                     out.append(key)
         node = s.tree.cluster_queues[cq.name]
         if node.parent is not None and policy.reclaim_within_cohort != NEVER:
             only_lower = policy.reclaim_within_cohort != ANY
             for other in node.root().subtree_cluster_queues():
-                if other is node or not cq_is_borrowing(other, frs):
+                if other is node:
+                    continue
+                usage, quota = other.usage, other.subtree_quota
+                for fr in frs_t:  # Kueue cqIsBorrowing: only queues above their quota lose workloads
+                    if usage.get(fr, 0) > quota.get(fr, 0):
+                        break
+                else:
                     continue
                 for key in s.admitted_by_cq.get(other.name, ()):
-                    cand = s.admitted[key]
-                    if only_lower and cand.priority >= wl.priority:
+                    if only_lower and admitted[key].priority >= prio:
                         continue
-                    if self._uses(key, frs):
+                    if uses(key):
                         out.append(key)
         return out
 
@@ -214,6 +227,13 @@ class Preemptor:
         below_priority: Optional[int],
     ) -> list[Target]:
         s = self.sched
+        # Necessary condition (no change to the result): removing usage raises what is available by
+        # at most the usage removed, so if all candidates together cannot cover the shortfall in
+        # some resource, no set of them can. Kueue finds the same empty answer by removing them all.
+        for fr, v in req.items():
+            short = v - node.available(fr)
+            if short > 0 and sum(s.usage_of[k].get(fr, 0) for k in candidates) < short:
+                return []
         removed: list[tuple[Target, QuotaNode, dict]] = []
         fits = False
         for key in candidates:

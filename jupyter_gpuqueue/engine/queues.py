@@ -73,7 +73,10 @@ class ClusterQueueQueue:
         self.keys[wl.key] = (ok, local_queue_key)
         self.active.add(item)
         self.all_pending.add(item)
-        self.by_local_queue.setdefault(local_queue_key, SortedList()).add(item)
+        lql = self.by_local_queue.get(local_queue_key)
+        if lql is None:
+            lql = self.by_local_queue[local_queue_key] = SortedList()
+        lql.add(item)
 
     def delete(self, key: str) -> None:
         entry = self.keys.pop(key, None)

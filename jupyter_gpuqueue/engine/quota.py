@@ -41,6 +41,7 @@ class QuotaNode:
         "lending_limit",
         "subtree_quota",
         "usage",
+        "_members",
     )
 
     def __init__(self, name: str, is_cluster_queue: bool):
@@ -53,6 +54,7 @@ class QuotaNode:
         self.lending_limit: dict[FlavorResource, int] = {}  # absent: lend everything
         self.subtree_quota: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
+        self._members: Optional[list[QuotaNode]] = None
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         kind = "ClusterQueue" if self.is_cluster_queue else "Cohort"
@@ -123,12 +125,16 @@ class QuotaNode:
             node = node.parent
         return node
 
-    def subtree_cluster_queues(self) -> Iterator["QuotaNode"]:
-        if self.is_cluster_queue:
-            yield self
-            return
-        for child in self.children:
-            yield from child.subtree_cluster_queues()
+    def subtree_cluster_queues(self) -> list["QuotaNode"]:
+        """Every ClusterQueue at or below this node (cached: the tree's shape is fixed)."""
+        cached = getattr(self, "_members", None)
+        if cached is None:
+            if self.is_cluster_queue:
+                cached = [self]
+            else:
+                cached = [cq for child in self.children for cq in child.subtree_cluster_queues()]
+            self._members = cached
+        return cached
 
     def borrowing_level(self, fr: FlavorResource, val: int) -> int:
         """How far up the tree ``val`` more of ``fr`` must be found: 0 = within this node's own

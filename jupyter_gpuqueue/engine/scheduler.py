@@ -30,6 +30,7 @@ Nothing here reads a clock: ``now`` is passed in. Given the same calls, the same
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
@@ -105,6 +106,7 @@ class _Entry:
     reason: str = ""
     message: str = ""
     targets: list[Target] = field(default_factory=list)
+    sort_key: Optional[tuple] = None
 
 
 class Scheduler:
@@ -315,8 +317,10 @@ class Scheduler:
             return result
 
         def iteration_key(e: _Entry):
-            borrows = e.assignment.borrowing_level if e.assignment is not None else 0
-            return (borrows > 0, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
+            if e.sort_key is None:
+                borrows = e.assignment.borrowing_level if e.assignment is not None else 0
+                e.sort_key = (borrows > 0, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
+            return e.sort_key
 
         # Entries of one ClusterQueue (several only with heads_per_cluster_queue > 1) are taken in
         # their queue order: at each step only each queue's first remaining entry is eligible, and a
@@ -330,30 +334,41 @@ class Scheduler:
         self._cycle_targets: set[str] = set()
         fair = self.config.fair_sharing.enable
         try:
-            while by_cq:
-                eligible = [lst[0] for lst in by_cq.values()]
-                if fair:
+            if fair:
+                while by_cq:
                     # Kueue's fairSharingIterator: a DRS tournament, again after every entry, since
                     # each admission changes the shares.
-                    e = self.fair.pick(sorted(eligible, key=iteration_key))
-                else:
-                    e = min(eligible, key=iteration_key)
-                lst = by_cq[e.cq.name]
-                lst.pop(0)
-                admitted_before = len(result.admitted)
-                self._process(e, now, result)
-                if len(result.admitted) == admitted_before and e.cq.queueing_strategy == STRICT_FIFO:
-                    for rest in lst:  # StrictFIFO: nothing behind a waiting head
-                        self.queues[e.cq.name].requeue(rest.wl.key, immediate=True)
-                        result.requeued.append(rest.wl.key)
-                    lst.clear()
-                if not lst:
-                    del by_cq[e.cq.name]
+                    eligible = sorted((lst[0] for lst in by_cq.values()), key=iteration_key)
+                    self._process_next(self.fair.pick(eligible), by_cq, now, result)
+            else:
+                heap = [(iteration_key(lst[0]), name) for name, lst in by_cq.items()]
+                heapq.heapify(heap)
+                while heap:
+                    _, name = heapq.heappop(heap)
+                    lst = by_cq.get(name)
+                    if not lst:
+                        continue
+                    self._process_next(lst[0], by_cq, now, result)
+                    if name in by_cq:
+                        heapq.heappush(heap, (iteration_key(by_cq[name][0]), name))
         finally:
             for node, usage in reversed(self._cycle_holds):
                 remove_usage(node, usage)
             self._cycle_holds = []
         return result
+
+    def _process_next(self, e: _Entry, by_cq: dict, now: float, result: CycleResult) -> None:
+        lst = by_cq[e.cq.name]
+        lst.pop(0)
+        admitted_before = len(result.admitted)
+        self._process(e, now, result)
+        if len(result.admitted) == admitted_before and e.cq.queueing_strategy == STRICT_FIFO:
+            for rest in lst:  # StrictFIFO: nothing behind a waiting head
+                self.queues[e.cq.name].requeue(rest.wl.key, immediate=True)
+                result.requeued.append(rest.wl.key)
+            lst.clear()
+        if not lst:
+            del by_cq[e.cq.name]
 
     def _can_preempt_while_borrowing(self, cq: ClusterQueue) -> bool:
         """Kueue ``canPreemptWhileBorrowing``."""
@@ -368,10 +383,19 @@ class Scheduler:
             return _Entry(wl, cq, None, REASON_MISCONFIGURED,
                           "Workload namespace doesn't match ClusterQueue selector")
         node = self.tree.cluster_queues[cq.name]
+        memo: dict = {}
+
+        def get_targets(req: dict, frs: set) -> list[Target]:
+            # The same search answers the oracle and the nomination when a workload asks for one
+            # (flavor, resource): compute it once per nomination.
+            k = (tuple(sorted(req.items())), tuple(sorted(frs)))
+            if k not in memo:
+                memo[k] = self.preemptor.get_targets(wl, cq, req, frs, now)
+            return memo[k]
 
         def oracle(fr: FlavorResource, val: int) -> tuple[int, int]:
             # Kueue PreemptionOracle.SimulatePreemption: would preemption make room for val of fr?
-            targets = self.preemptor.get_targets(wl, cq, {fr: val}, {fr}, now)
+            targets = get_targets({fr: val}, {fr})
             if not targets:
                 return NO_CANDIDATES, 0
             removed = [(self.tree.cluster_queues[t.cluster_queue], self.usage_of[t.key]) for t in targets]
@@ -390,7 +414,7 @@ class Scheduler:
                                can_preempt_while_borrowing=cpwb)
             targets: list[Target] = []
             if a.mode in (NO_CANDIDATES, PREEMPT_MODE, RECLAIM):
-                targets = self.preemptor.get_targets(wl, cq, a.usage, a.preempt_frs, now)
+                targets = get_targets(a.usage, a.preempt_frs)
             return a, targets
 
         assignment, targets = attempt(None)
