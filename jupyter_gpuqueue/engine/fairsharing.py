@@ -11,16 +11,17 @@ Switched on by a Kueue Configuration document (``fairSharing: {enable: true}``).
 - **Tournament** (``pkg/scheduler/fair_sharing_iterator.go``): the cycle's entries are taken one at a
   time; in each cohort, bottom-up, the child (ClusterQueue or cohort) whose DRS *with its nominee
   admitted* is lowest wins, then higher priority, then older. Computed again after every admission.
-- **Preemption** (``pkg/scheduler/preemption/preemption.go: fairPreemptions``, KEP 1714): victims are
-  taken from the ClusterQueue with the highest share first; from another ClusterQueue only while the
-  strategy holds — S2-a ``LessThanOrEqualToFinalShare``: preemptor's new share ≤ the victim queue's
-  share without the victim; S2-b ``LessThanInitialShare``: preemptor's new share < the victim queue's
-  current share (tried second, one victim per queue). Then fill-back as in classical preemption.
+- **Preemption** (``pkg/scheduler/preemption/fair_strategy.go``, ``fairsharing/ordering.go``,
+  ``fairsharing/target.go``, KEP 1714): victims are taken from the ClusterQueue reached by descending
+  from the root into the child with the highest share; shares are compared at the almost least common
+  ancestors of the preemptor's and the target's queues — S2-a ``LessThanOrEqualToFinalShare``:
+  preemptor's new share ≤ the target side's share without the victim; S2-b ``LessThanInitialShare``
+  (tried second, once per queue): preemptor's new share < the target side's current share. Then
+  fill-back as in classical preemption.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -28,10 +29,8 @@ from .model import ClusterQueue, Workload
 from .preemption import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_FAIR_SHARING,
-    IN_COHORT_RECLAIM_WHILE_BORROWING,
     Target,
     add_usage,
-    cq_is_borrowing,
     remove_usage,
     workload_fits,
 )
@@ -152,82 +151,85 @@ def fair_preemptions(
     req: dict[FlavorResource, int],
     frs: set[FlavorResource],
     candidates: list[str],
-    below_priority: Optional[int],
+    below_priority: Optional[int] = None,
 ) -> list[Target]:
-    """Kueue ``fairPreemptions`` (see the module docstring). ``candidates`` are ordered already."""
+    """Kueue ``fairPreemptionStrategy`` (``fair_strategy.go``) over ``candidates`` (already ordered).
+
+    While victims are chosen, the preemptor's usage is simulated as admitted, so that shares account
+    for it. ClusterQueues are visited in ``_TargetOrdering`` order; shares are compared at the
+    *almost least common ancestors* of the preemptor and target queues (``target.go``).
+    ``below_priority`` is unused: borrowWithinCohort applies to classical preemption only."""
     fs = FairSharing(sched)
     strategies = sched.config.fair_sharing.preemption_strategies or [
         LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE,
     ]
-    nominated = sched.tree.cluster_queues[cq.name]
-    same = [k for k in candidates if sched.admitted_cq[k] == cq.name]
-    if len(same) == len(candidates):
-        return sched.preemptor.minimal_preemptions(req, nominated, frs, candidates, True, None)
-
+    pre = sched.tree.cluster_queues[cq.name]
     removed: list[tuple[Target, QuotaNode, dict]] = []
 
     def remove(key: str, reason: str) -> None:
-        cq_name = sched.admitted_cq[key]
-        n = sched.tree.cluster_queues[cq_name]
+        name = sched.admitted_cq[key]
+        n = sched.tree.cluster_queues[name]
         u = sched.usage_of[key]
         remove_usage(n, u)
-        removed.append((Target(key, cq_name, reason), n, u))
+        removed.append((Target(key, name, reason), n, u))
 
-    def restore_all() -> None:
-        for _, n, u in removed:
-            add_usage(n, u)
+    def fits_now() -> bool:  # the consumer checks fit without the simulated preemptor usage
+        remove_usage(pre, req)
+        try:
+            return workload_fits(req, pre, True)
+        finally:
+            add_usage(pre, req)
 
-    heap, groups = _cq_heap(sched, fs, candidates, first_only=False)
-    new_nominated = fs.share(nominated, req)
     fits = False
-    retry: list[str] = []
-    strategy = strategies[0]
-    while heap and not fits:
-        _, name = heapq.heappop(heap)
-        keys = groups[name]
-        node = sched.tree.cluster_queues[name]
-        if node is nominated:
-            remove(keys[0], IN_CLUSTER_QUEUE)
-            if workload_fits(req, nominated, True):
-                fits = True
-                break
-            new_nominated = fs.share(nominated, req)
-            groups[name] = keys[1:]
-            if groups[name]:
-                heapq.heappush(heap, (_neg(fs.share(node)), name))
-            continue
-        old_share = fs.share(node)
-        for i, key in enumerate(keys):
-            below = below_priority is not None and sched.admitted[key].priority < below_priority
-            without = _share_without(fs, node, sched.usage_of[key])
-            ok = _strategy(strategy, new_nominated, old_share, without)
-            if below or ok:
-                remove(key, IN_COHORT_FAIR_SHARING if ok else IN_COHORT_RECLAIM_WHILE_BORROWING)
-                if workload_fits(req, nominated, True):
+    add_usage(pre, req)
+    try:
+        ordering = _TargetOrdering(sched, fs, pre, candidates)
+        retry: list[str] = []
+        for target in ordering:
+            name = target.name
+            if target is pre:
+                remove(ordering.pop(name), IN_CLUSTER_QUEUE)
+                if fits_now():
                     fits = True
                     break
-                groups[name] = keys[i + 1:]
-                if groups[name] and cq_is_borrowing(node, frs):
-                    heapq.heappush(heap, (_neg(without), name))
+                continue
+            p_lca, t_lca = _almost_lcas(pre, target)
+            pre_new, t_old = fs.share(p_lca), fs.share(t_lca)
+            while ordering.has(name):
+                key = ordering.pop(name)
+                u = sched.usage_of[key]
+                remove_usage(target, u)
+                t_new = fs.share(t_lca)
+                add_usage(target, u)
+                if _strategy(strategies[0], pre_new, t_old, t_new):
+                    remove(key, IN_COHORT_FAIR_SHARING)
+                    fits = fits_now()
+                    break  # shares changed: pick the next ClusterQueue again
+                retry.append(key)
+            if fits:
                 break
-            retry.append(key)
-    if not fits and len(strategies) > 1:
-        heap, groups = _cq_heap(sched, fs, retry, first_only=True)
-        while heap and not fits:
-            _, name = heapq.heappop(heap)
-            node = sched.tree.cluster_queues[name]
-            if _strategy(strategies[1], new_nominated, fs.share(node), None):
-                remove(groups[name][0], IN_COHORT_FAIR_SHARING)
-                if workload_fits(req, nominated, True):
-                    fits = True
+        if not fits and len(strategies) > 1:
+            ordering = _TargetOrdering(sched, fs, pre, retry)
+            for target in ordering:
+                p_lca, t_lca = _almost_lcas(pre, target)
+                key = ordering.pop(target.name)
+                if _strategy(strategies[1], fs.share(p_lca), fs.share(t_lca), None):
+                    remove(key, IN_COHORT_FAIR_SHARING)
+                    if fits_now():
+                        fits = True
+                        break
+                ordering.drop(target)  # S2-b applies at most once per ClusterQueue
+    finally:
+        remove_usage(pre, req)
     if not fits:
-        restore_all()
+        for _, n, u in removed:
+            add_usage(n, u)
         return []
     kept = list(removed)
     for i in range(len(removed) - 2, -1, -1):
         t, n, u = removed[i]
         add_usage(n, u)
-        if workload_fits(req, nominated, True):
+        if workload_fits(req, pre, True):
             kept.remove(removed[i])
         else:
             remove_usage(n, u)
@@ -236,34 +238,88 @@ def fair_preemptions(
     return [t for t, _, _ in kept]
 
 
+def _almost_lcas(a: QuotaNode, b: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
+    """The children of the least common ancestor of ``a`` and ``b`` on the paths to each of them
+    (Kueue ``getAlmostLCAs``)."""
+    path_a = list(a.path_to_root())
+    ancestors_a = {id(n): i for i, n in enumerate(path_a)}
+    prev_b = b
+    for n in b.path_to_root():
+        if id(n) in ancestors_a:
+            i = ancestors_a[id(n)]
+            return (path_a[i - 1] if i > 0 else a), (prev_b if prev_b is not n else b)
+        prev_b = n
+    return a, b
+
+
+class _TargetOrdering:
+    """Kueue ``TargetClusterQueueOrdering`` (``fairsharing/ordering.go``): from the root, descend into
+    the child with the highest share that still has candidates (cohorts win ties); prune
+    ClusterQueues without candidates or not borrowing (except the preemptor's own), and cohorts not
+    borrowing unless on the preemptor's path. Iterating yields target ClusterQueue nodes; between two
+    of them a candidate must be popped or the queue dropped."""
+
+    def __init__(self, sched: "Scheduler", fs: FairSharing, pre: QuotaNode, candidates: Iterable[str]):
+        self.fs = fs
+        self.pre = pre
+        self.ancestors = {id(n) for n in pre.path_to_root() if n is not pre}
+        self.by_cq: dict[str, list[str]] = {}
+        for key in candidates:
+            self.by_cq.setdefault(sched.admitted_cq[key], []).append(key)
+        self.pruned: set[int] = set()
+
+    def has(self, name: str) -> bool:
+        return bool(self.by_cq.get(name))
+
+    def pop(self, name: str) -> str:
+        return self.by_cq[name].pop(0)
+
+    def drop(self, node: QuotaNode) -> None:
+        self.pruned.add(id(node))
+
+    def __iter__(self):
+        if self.pre.parent is None:
+            while self.has(self.pre.name):
+                yield self.pre
+            return
+        root = self.pre.root()
+        while id(root) not in self.pruned:
+            target = self._next(root)
+            if target is not None:
+                yield target
+
+    def _next(self, cohort: QuotaNode) -> Optional[QuotaNode]:
+        zero = (0, 0.0)
+        best_cq, best_cq_share = None, None
+        best_co, best_co_share = None, None
+        for child in cohort.children:
+            if id(child) in self.pruned:
+                continue
+            share = self.fs.share(child)
+            if child.is_cluster_queue:
+                if (share == zero and child is not self.pre) or not self.has(child.name):
+                    self.pruned.add(id(child))
+                elif best_cq_share is None or share >= best_cq_share:
+                    best_cq, best_cq_share = child, share
+            else:
+                if share == zero and id(child) not in self.ancestors:
+                    self.pruned.add(id(child))
+                elif best_co_share is None or share >= best_co_share:
+                    best_co, best_co_share = child, share
+        if best_cq is None and best_co is None:
+            self.pruned.add(id(cohort))
+            return None
+        if best_co is not None and (best_cq is None or best_co_share >= best_cq_share):
+            return self._next(best_co)
+        return best_cq
+
+
 def _neg(share: Share) -> tuple:
     # heapq is a min-heap; the highest share must come first.
     return (-share[0], -share[1])
-
-
-def _share_without(fs: FairSharing, node: QuotaNode, usage: dict[FlavorResource, int]) -> Share:
-    remove_usage(node, usage)
-    try:
-        return fs.share(node)
-    finally:
-        add_usage(node, usage)
 
 
 def _strategy(name: str, preemptor_new: Share, target_old: Share, target_new: Optional[Share]) -> bool:
     if name == LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
         return preemptor_new <= target_new
     return preemptor_new < target_old
-
-
-def _cq_heap(sched: "Scheduler", fs: FairSharing, candidates: Iterable[str], *, first_only: bool):
-    groups: dict[str, list[str]] = {}
-    for key in candidates:
-        name = sched.admitted_cq[key]
-        if name in groups:
-            if not first_only:
-                groups[name].append(key)
-        else:
-            groups[name] = [key]
-    heap = [(_neg(fs.share(sched.tree.cluster_queues[name])), name) for name in groups]
-    heapq.heapify(heap)
-    return heap, groups

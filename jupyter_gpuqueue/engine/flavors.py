@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .model import (
+    PODS,
     BORROW,
     PREEMPT,
     TRY_NEXT_FLAVOR,
@@ -69,6 +70,7 @@ class PodSetAssignmentResult:
     message: str = ""
     exceeds_max: bool = False
     preempt_frs: set = field(default_factory=set)  # (flavor, resource) pairs that need preemption
+    usage: dict = field(default_factory=dict)  # resource -> total quantity for this PodSet's pods
 
 
 @dataclass(slots=True)
@@ -111,15 +113,32 @@ class Assignment:
 
 
 def flavor_eligible(flavor: ResourceFlavor, ps: PodSet) -> Optional[str]:
-    """None if PodSet ``ps`` may use ``flavor``; else why not (Kueue wording)."""
+    """None if PodSet ``ps`` may use ``flavor``; else why not (Kueue wording).
+
+    Kueue ``flavorSelector``: the pod's nodeSelector and required node affinity, restricted to the
+    flavor's own label keys, must match the flavor's ``nodeLabels``; affinity terms are ORed, and a term left with no expression
+    matches anything. The pod (plus the flavor's tolerations) must tolerate its NoSchedule /
+    NoExecute taints."""
     tolerations = list(ps.tolerations) + list(flavor.tolerations)
     for taint in flavor.node_taints:
         if taint.effect not in ("NoSchedule", "NoExecute"):
             continue
         if not any(t.tolerates(taint) for t in tolerations):
             return f"untolerated taint {{{taint.key}: {taint.value}}} in flavor {flavor.name}"
+    labels = flavor.node_labels
+    keys = labels.keys()
     for k, v in ps.node_selector.items():
-        if k in flavor.node_labels and flavor.node_labels[k] != v:
+        if k in keys and labels.get(k) != v:
+            return f"flavor {flavor.name} doesn't match node affinity"
+    if ps.required_affinity:
+        terms = []
+        for term in ps.required_affinity:
+            kept = [e for e in term if e.key in keys]
+            if not kept:
+                terms = []
+                break
+            terms.append(kept)
+        if terms and not any(all(e.matches(labels) for e in term) for term in terms):
             return f"flavor {flavor.name} doesn't match node affinity"
     return None
 
@@ -145,6 +164,8 @@ def assign_flavors(
     for i, ps in enumerate(wl_pod_sets):
         count = ps.count if counts is None else counts[i]
         requests = {r: q * count for r, q in ps.requests.items() if q > 0}
+        if cq.group_for(PODS) is not None:
+            requests[PODS] = count  # Kueue counts pods against a covered "pods" resource
         flavors: dict[str, str] = {}
         ps_mode = FIT
         ps_level = 0
@@ -205,6 +226,7 @@ def assign_flavors(
                 message=", ".join(messages),
                 exceeds_max=exceeds and ps_mode == NO_FIT,
                 preempt_frs=ps_preempt,
+                usage={r: q for r, q in requests.items() if r in flavors},
             )
         )
     return Assignment(pod_sets=results, usage=usage)
@@ -265,7 +287,7 @@ def _fits_flavor(
                     f"({q} > {potential})"
                 )
             continue
-        borrow = node.borrowing_level(fr, val)
+        borrow, may_reclaim_in_hierarchy = node.borrowing_level(fr, val)
         available = node.available(fr)
         if val <= available:
             level = max(level, borrow)
@@ -273,7 +295,7 @@ def _fits_flavor(
         messages.append(
             f"insufficient unused quota for {r} in flavor {flavor}, {val - max(available, 0)} more needed"
         )
-        if val <= node.nominal.get(fr, 0) or can_preempt_while_borrowing:
+        if val <= node.nominal.get(fr, 0) or may_reclaim_in_hierarchy or can_preempt_while_borrowing:
             if oracle is not None:
                 fr_mode, borrow = oracle(fr, val)
             else:

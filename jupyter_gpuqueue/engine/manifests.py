@@ -600,6 +600,7 @@ class _PodInfo:
     node_selector: dict[str, str]
     tolerations: list[model.Toleration]
     priority_class_name: str
+    required_affinity: list = field(default_factory=list)
 
 
 _OBJECT_META_FIELDS = (
@@ -718,13 +719,59 @@ def _pod_template(
         _add(total, {rname: resource_value(rname, q)})
     node_selector = _labels(spec.get("nodeSelector"), _child(spath, "nodeSelector"))
     tolerations = _tolerations(spec.get("tolerations"), _child(spath, "tolerations"))
+    required_affinity = _required_node_affinity(spec.get("affinity"), _child(spath, "affinity"))
     pc = _dns_subdomain(spec.get("priorityClassName"), _child(spath, "priorityClassName"), required=False)
     return _PodInfo(
         requests={k: v for k, v in total.items() if v != 0},
         node_selector=node_selector,
         tolerations=tolerations,
         priority_class_name=pc,
+        required_affinity=required_affinity,
     )
+
+
+_NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _required_node_affinity(value: Any, path: str) -> list:
+    """``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` as
+    lists of requirements (terms ORed, expressions ANDed), validated as the API server does
+    (``ValidateNodeSelectorRequirement``). Preferred affinity and pod (anti-)affinity do not
+    restrict flavors and are ignored."""
+    affinity = _mapping(value, path)
+    na_path = _child(path, "nodeAffinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), na_path)
+    req_path = _child(na_path, "requiredDuringSchedulingIgnoredDuringExecution")
+    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), req_path)
+    if not required:
+        return []
+    terms_path = _child(req_path, "nodeSelectorTerms")
+    terms = _sequence(required.get("nodeSelectorTerms"), terms_path, required=True)
+    if not terms:
+        raise _required(terms_path, "must have at least one node selector term")
+    out = []
+    for i, term in enumerate(terms):
+        tpath = _index(terms_path, i)
+        term = _mapping(term, tpath, required=True)
+        exprs = []
+        epath = _child(tpath, "matchExpressions")
+        for j, e in enumerate(_sequence(term.get("matchExpressions"), epath)):
+            ep = _index(epath, j)
+            e = _mapping(e, ep, required=True)
+            key = _string(e.get("key"), _child(ep, "key"), required=True)
+            op = _string(e.get("operator"), _child(ep, "operator"), required=True)
+            if op not in _NODE_SELECTOR_OPERATORS:
+                raise _unsupported(_child(ep, "operator"), op, _NODE_SELECTOR_OPERATORS)
+            values = tuple(str(v) for v in _sequence(e.get("values"), _child(ep, "values")))
+            if op in ("In", "NotIn") and not values:
+                raise _required(_child(ep, "values"), "must be specified when `operator` is 'In' or 'NotIn'")
+            if op in ("Exists", "DoesNotExist") and values:
+                raise _forbidden(_child(ep, "values"), "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+            if op in ("Gt", "Lt") and len(values) != 1:
+                raise _required(_child(ep, "values"), "must be specified single value when `operator` is 'Lt' or 'Gt'")
+            exprs.append(model.LabelSelectorRequirement(key, op, values))
+        out.append(exprs)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1489,7 +1536,8 @@ class _Builder:
             if not 0 < min_count < count:
                 raise _invalid(apath, min_count, f"should be between 0 and {count - 1}")
         pod_set = model.PodSet(name="main", count=count, requests=info.requests, min_count=min_count,
-                               node_selector=info.node_selector, tolerations=info.tolerations)
+                               node_selector=info.node_selector, tolerations=info.tolerations,
+                               required_affinity=info.required_affinity)
         ref = _PriorityRef(label=labels.get(PRIORITY_CLASS_LABEL, ""), pod_class=info.priority_class_name,
                            pod_class_path="spec.template.spec.priorityClassName")
         return self._new_workload(kind=kind, name=name, namespace=namespace, queue=queue, pod_sets=[pod_set],
@@ -1532,7 +1580,8 @@ class _Builder:
                 first_pc = info.priority_class_name
             total += replicas
             pod_sets.append(model.PodSet(name=tname, count=replicas, requests=info.requests,
-                                         node_selector=info.node_selector, tolerations=info.tolerations))
+                                         node_selector=info.node_selector, tolerations=info.tolerations,
+                               required_affinity=info.required_affinity))
         min_available = _integer(spec.get("minAvailable"), "spec.minAvailable", minimum=0)
         if min_available is not None and min_available > total:
             raise _invalid("spec.minAvailable", min_available,
@@ -1584,7 +1633,8 @@ class _Builder:
             if not pod_sets:
                 first_pc, first_path = info.priority_class_name, _child(tpl_path, "spec.priorityClassName")
             pod_sets.append(model.PodSet(name=rtype.lower(), count=replicas, requests=info.requests,
-                                         node_selector=info.node_selector, tolerations=info.tolerations))
+                                         node_selector=info.node_selector, tolerations=info.tolerations,
+                               required_affinity=info.required_affinity))
         sched_path = "spec.runPolicy.schedulingPolicy"
         run_policy = _mapping(spec.get("runPolicy"), "spec.runPolicy")
         sched = _mapping(run_policy.get("schedulingPolicy"), sched_path)
@@ -1633,7 +1683,8 @@ class _Builder:
                 self.warn(_child(ipath, "topologyRequest"), "ignored: topology-aware scheduling is not supported")
             info = _pod_template(ps.get("template"), _child(ipath, "template"), pod_validation=False)
             pod_sets.append(model.PodSet(name=psname, count=count, requests=info.requests, min_count=min_count,
-                                         node_selector=info.node_selector, tolerations=info.tolerations))
+                                         node_selector=info.node_selector, tolerations=info.tolerations,
+                               required_affinity=info.required_affinity))
         if with_min > 1:
             raise _invalid(ppath, with_min, "at most one podSet can use minCount")
         queue = _dns_subdomain(spec.get("queueName"), "spec.queueName", required=False)

@@ -47,6 +47,7 @@ REASON_PENDING = "Pending"  # not yet looked at by a cycle
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 CPU = "cpu"
+PODS = "pods"
 
 
 def is_device_resource(name: str) -> bool:
@@ -86,6 +87,8 @@ class LabelSelectorRequirement:
     values: tuple[str, ...] = ()
 
     def matches(self, labels: dict[str, str]) -> bool:
+        """Label selector and node selector requirement semantics (``Gt``/``Lt`` compare integers,
+        as kube-scheduler's NodeSelectorRequirement does)."""
         if self.operator == "In":
             return labels.get(self.key) in self.values
         if self.operator == "NotIn":
@@ -94,6 +97,12 @@ class LabelSelectorRequirement:
             return self.key in labels
         if self.operator == "DoesNotExist":
             return self.key not in labels
+        if self.operator in ("Gt", "Lt") and self.key in labels and len(self.values) == 1:
+            try:
+                have, want = int(labels[self.key]), int(self.values[0])
+            except ValueError:
+                return False
+            return have > want if self.operator == "Gt" else have < want
         return False
 
 
@@ -236,6 +245,8 @@ class PodSet:
     min_count: Optional[int] = None
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[Toleration] = field(default_factory=list)
+    # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: terms ORed, expressions ANDed
+    required_affinity: list[list[LabelSelectorRequirement]] = field(default_factory=list)
 
     def total(self, count: Optional[int] = None) -> dict[str, int]:
         n = self.count if count is None else count

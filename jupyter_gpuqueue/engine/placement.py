@@ -170,6 +170,10 @@ class DeviceAllocator:
                 continue
             if any(node.labels.get(k) != v for k, v in ps.node_selector.items()):
                 continue
+            if ps.required_affinity and not any(
+                all(e.matches(node.labels) for e in term) for term in ps.required_affinity
+            ):
+                continue
             chosen: dict[str, list[tuple[int, str]]] = {}
             slack = 0
             ok = True

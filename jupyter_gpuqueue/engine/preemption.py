@@ -188,8 +188,7 @@ class Preemptor:
         if s.config.fair_sharing.enable:
             from .fairsharing import fair_preemptions
 
-            threshold = self._borrow_threshold(wl, cq)
-            return fair_preemptions(s, wl, cq, req, frs, candidates, threshold)
+            return fair_preemptions(s, wl, cq, req, frs, candidates)
         node = s.tree.cluster_queues[cq.name]
         same = [k for k in candidates if s.admitted_cq[k] == cq.name]
         if len(same) == len(candidates):

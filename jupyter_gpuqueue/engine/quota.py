@@ -136,22 +136,28 @@ class QuotaNode:
             self._members = cached
         return cached
 
-    def borrowing_level(self, fr: FlavorResource, val: int) -> int:
-        """How far up the tree ``val`` more of ``fr`` must be found: 0 = within this node's own
-        quota (not borrowing), 1 = from the parent cohort, and so on (Kueue
-        ``FindHeightOfLowestSubtreeThatFits``)."""
+    def height(self) -> int:
+        """Kueue ``getNodeHeight``: distance to the furthest leaf (a cohort of ClusterQueues: 1)."""
+        h = min(len(self.children), 1)
+        for child in self.children:
+            if not child.is_cluster_queue:
+                h = max(h, child.height() + 1)
+        return h
+
+    def borrowing_level(self, fr: FlavorResource, val: int) -> tuple[int, bool]:
+        """Kueue ``FindHeightOfLowestSubtreeThatFits``: the height of the lowest subtree that can hold
+        ``val`` more of ``fr`` (0 = this ClusterQueue's own quota: not borrowing), and whether that
+        subtree is smaller than the whole cohort tree (reclaiming within it may be possible)."""
         if not self.borrowing_with(fr, val) or self.parent is None:
-            return 0
+            return 0, self.parent is not None
         remaining = val - self.local_available(fr)
-        level = 1
         node = self.parent
-        while node.parent is not None:
+        while node is not None:
             if not node.borrowing_with(fr, remaining):
-                return level
+                return node.height(), node.parent is not None
             remaining -= node.local_available(fr)
             node = node.parent
-            level += 1
-        return level
+        return self.parent.root().height(), False
 
 
 def _set_quotas(node: QuotaNode, groups: Iterable[ResourceGroup]) -> None:

@@ -319,7 +319,7 @@ class Scheduler:
         def iteration_key(e: _Entry):
             if e.sort_key is None:
                 borrows = e.assignment.borrowing_level if e.assignment is not None else 0
-                e.sort_key = (borrows > 0, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
+                e.sort_key = (borrows, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
             return e.sort_key
 
         # Entries of one ClusterQueue (several only with heads_per_cluster_queue > 1) are taken in
@@ -401,7 +401,7 @@ class Scheduler:
             removed = [(self.tree.cluster_queues[t.cluster_queue], self.usage_of[t.key]) for t in targets]
             for n, u in removed:
                 remove_usage(n, u)
-            borrow = node.borrowing_level(fr, val)
+            borrow, _ = node.borrowing_level(fr, val)
             for n, u in removed:
                 add_usage(n, u)
             own = any(t.cluster_queue == cq.name for t in targets)
@@ -552,7 +552,7 @@ class Scheduler:
                 PodSetAssignment(
                     name=pa.name,
                     flavors=dict(pa.flavors),
-                    resource_usage={r: q_ * pa.count for r, q_ in ps.requests.items() if r in pa.flavors},
+                    resource_usage=dict(pa.usage),
                     count=pa.count,
                 )
                 for ps, pa in zip(wl.pod_sets, a.pod_sets)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .model import Admission, DevicePlacement, PodSet, PodSetAssignment, Toleration
+from .model import Admission, DevicePlacement, LabelSelectorRequirement, PodSet, PodSetAssignment, Toleration
 
 
 def toleration_to_dict(t: Toleration) -> dict:
@@ -27,6 +27,11 @@ def pod_set_to_dict(ps: PodSet) -> dict:
     }
     if ps.min_count is not None:
         d["minCount"] = ps.min_count
+    if ps.required_affinity:
+        d["requiredAffinity"] = [
+            [{"key": e.key, "operator": e.operator, "values": list(e.values)} for e in term]
+            for term in ps.required_affinity
+        ]
     return d
 
 
@@ -38,6 +43,10 @@ def pod_set_from_dict(d: dict) -> PodSet:
         min_count=d.get("minCount"),
         node_selector=dict(d.get("nodeSelector", {})),
         tolerations=[Toleration(**t) for t in d.get("tolerations", [])],
+        required_affinity=[
+            [LabelSelectorRequirement(e["key"], e["operator"], tuple(e.get("values", ()))) for e in term]
+            for term in d.get("requiredAffinity", [])
+        ],
     )
 
 
