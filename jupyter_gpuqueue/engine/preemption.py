@@ -1,26 +1,24 @@
 """Preemption: which admitted workloads to evict so that a pending one fits.
 
-Classical preemption follows Kueue ``pkg/scheduler/preemption/preemption.go``:
+Classical preemption follows Kueue ``pkg/scheduler/preemption/classical_strategy.go``,
+``classical/candidate_generator.go`` and ``classical/hierarchical_preemption.go``:
 
-- **Candidates** (``find_candidates``): admitted workloads that use a (flavor, resource) needing
-  preemption and that the policies allow —
-  ``withinClusterQueue``: same ClusterQueue, ``LowerPriority`` (strictly lower) or
-  ``LowerOrNewerEqualPriority`` (or equal priority and queued later);
-  ``reclaimWithinCohort``: other ClusterQueues of the cohort tree that are *borrowing* one of those
-  resources, ``LowerPriority`` or ``Any`` priority.
-- **Ordering** (``candidates_ordering``, Kueue ``CandidatesOrdering``): already being evicted first,
-  then other ClusterQueues before the preemptor's own, lower priority first, most recently admitted
-  first, then UID.
-- **Attempts** (``get_targets``): only own-queue candidates → borrowing allowed; with
-  ``borrowWithinCohort`` → borrowing allowed, victims in other queues only below the priority
-  threshold unless the preemptor's queue is under nominal quota; otherwise first without borrowing
-  (only if the queue is under nominal quota in the contested resources), then own-queue candidates
-  with borrowing.
-- **Minimal set** (``minimal_preemptions``): remove candidates in order — those from another
-  ClusterQueue only while it still borrows — until the preemptor fits; then *fill back* in reverse,
-  keeping out only the victims without which it would not fit.
+- **Candidates** in three classes: *same queue* (``withinClusterQueue``: ``LowerPriority`` strictly
+  lower, ``LowerOrNewerEqualPriority`` also equal priority queued later); *hierarchy* candidates, in
+  subtrees of the cohort tree above their quota where the preemptor has a hierarchical advantage
+  (its request fits within a subtree closer to it), taken regardless of borrowing; and *priority*
+  candidates elsewhere above quota (``reclaimWithinCohort`` ``LowerPriority`` or ``Any``), which may
+  only be taken while the preemptor borrows if ``borrowWithinCohort`` allows it for their priority.
+- **Ordering** (Kueue ``CandidatesOrdering``): already being evicted first (per class), then
+  hierarchy, priority and same-queue candidates; within a class other queues first, lower priority
+  first, most recently admitted first, then UID.
+- **Validity** is checked again as victims are removed: a candidate in another queue is valid only
+  while its queue, and every cohort up to the least common ancestor, is still above quota.
+- **Attempts**: with or without the preemptor borrowing, in Kueue's order.
+- **Minimal set**: remove valid candidates in order until the preemptor fits; then *fill back* in
+  reverse, keeping out only the victims without which it would not fit.
 
-Fair sharing preemption lives in ``fairsharing``. Everything is simulated on the live quota tree and
+Fair-sharing preemption lives in ``fairsharing``. Everything is simulated on the live quota tree and
 restored before returning.
 """
 
@@ -99,6 +97,39 @@ def workload_fits(req: dict[FlavorResource, int], node: QuotaNode, allow_borrowi
 def queue_under_nominal(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
     """Kueue ``queueUnderNominalInResourcesNeedingPreemption``."""
     return all(node.usage.get(fr, 0) < node.nominal.get(fr, 0) for fr in frs)
+
+
+_WITHIN_CQ = "WithinCQ"
+_HIERARCHICAL_RECLAIM = "HierarchicalReclaim"
+_RECLAIM_WITHOUT_BORROWING = "ReclaimWithoutBorrowing"
+_RECLAIM_WHILE_BORROWING = "ReclaimWhileBorrowing"
+_REASONS = {
+    _WITHIN_CQ: IN_CLUSTER_QUEUE,
+    _HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
+    _RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
+    _RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+}
+
+
+def _within_nominal(node: QuotaNode, frs_t) -> bool:
+    """Kueue ``IsWithinNominalInResources``: at or below its quota in every one of ``frs_t``."""
+    usage, quota = node.usage, node.subtree_quota
+    for fr in frs_t:
+        if usage.get(fr, 0) > quota.get(fr, 0):
+            return False
+    return True
+
+
+def _fit_in_quota(node: QuotaNode, req: dict) -> tuple[bool, dict]:
+    """Kueue ``QuantitiesFitInQuota``: whether ``req`` fits the node's subtree quota, and what is
+    left to find above it."""
+    fits = True
+    remaining = {}
+    for fr, v in req.items():
+        if node.usage.get(fr, 0) + v > node.subtree_quota.get(fr, 0):
+            fits = False
+        remaining[fr] = max(0, v - node.local_available(fr))
+    return fits, remaining
 
 
 class Preemptor:
@@ -180,86 +211,173 @@ class Preemptor:
     ) -> list[Target]:
         """The minimal set of admitted workloads to evict for ``wl`` (request ``req`` per
         (flavor, resource), of which ``frs`` need preemption). Empty: preemption cannot help."""
-        candidates = self.find_candidates(wl, cq, frs)
-        if not candidates:
-            return []
-        candidates = self.candidates_ordering(candidates, cq.name, now)
         s = self.sched
         if s.config.fair_sharing.enable:
+            candidates = self.find_candidates(wl, cq, frs)
+            if not candidates:
+                return []
             from .fairsharing import fair_preemptions
 
-            return fair_preemptions(s, wl, cq, req, frs, candidates)
+            return fair_preemptions(s, wl, cq, req, frs, self.candidates_ordering(candidates, cq.name, now))
+        return self.classical_preemptions(wl, cq, req, frs, now)
+
+    # -- classical (Kueue classical_strategy.go, classical/candidate_generator.go,
+    #    classical/hierarchical_preemption.go) ------------------------------------------------------
+    def classical_preemptions(self, wl, cq, req, frs, now) -> list[Target]:
+        s = self.sched
         node = s.tree.cluster_queues[cq.name]
-        same = [k for k in candidates if s.admitted_cq[k] == cq.name]
-        if len(same) == len(candidates):
-            return self.minimal_preemptions(req, node, frs, candidates, True, None)
-        threshold = self._borrow_threshold(wl, cq)
-        if threshold is not None:
-            if not queue_under_nominal(node, frs):
-                candidates = [k for k in candidates if s.admitted_cq[k] == cq.name or s.admitted[k].priority < threshold]
-            return self.minimal_preemptions(req, node, frs, candidates, True, threshold)
-        if queue_under_nominal(node, frs):
-            targets = self.minimal_preemptions(req, node, frs, candidates, False, None)
+        same, hierarchy, priority = self._classify(wl, cq, node, req, frs)
+        if not (same or hierarchy or priority):
+            return []
+        order = lambda elems: sorted(elems, key=lambda e: self._order_key(e[0], cq.name, now))  # noqa: E731
+        same, hierarchy, priority = order(same), order(hierarchy), order(priority)
+        ev = lambda elems, evicted: [e for e in elems if (e[0] in s.evicting) == evicted]  # noqa: E731
+        elems = (ev(hierarchy, True) + ev(priority, True) + ev(same, True)
+                 + ev(hierarchy, False) + ev(priority, False) + ev(same, False))
+        bwc = cq.preemption.borrow_within_cohort
+        bwc_forbidden = bwc is None or bwc.policy == NEVER
+        if not (hierarchy or priority) or (bwc_forbidden and not queue_under_nominal(node, frs)):
+            attempts = (True,)
+        elif bwc_forbidden and not hierarchy:
+            attempts = (False, True)
+        else:
+            attempts = (True, False)
+        for allow_borrowing in attempts:
+            targets = self._minimal(req, node, frs, elems, allow_borrowing, cq.name)
             if targets:
                 return targets
-        return self.minimal_preemptions(req, node, frs, same, True, None)
+        return []
 
-    @staticmethod
-    def _borrow_threshold(wl: Workload, cq: ClusterQueue) -> Optional[int]:
-        """Kueue ``canBorrowWithinCohort``: None when borrowWithinCohort is off; else the priority
-        below which victims in other queues may be taken while borrowing."""
-        bwc = cq.preemption.borrow_within_cohort
-        if bwc is None or bwc.policy == NEVER:
-            return None
-        threshold = wl.priority
-        if bwc.max_priority_threshold is not None and bwc.max_priority_threshold < threshold:
-            threshold = bwc.max_priority_threshold + 1
-        return threshold
-
-    def minimal_preemptions(
-        self,
-        req: dict[FlavorResource, int],
-        node: QuotaNode,
-        frs: set[FlavorResource],
-        candidates: list[str],
-        allow_borrowing: bool,
-        below_priority: Optional[int],
-    ) -> list[Target]:
+    def _order_key(self, key: str, cq_name: str, now: float):
         s = self.sched
-        # Necessary condition (no change to the result): removing usage raises what is available by
-        # at most the usage removed, so if all candidates together cannot cover the shortfall in
-        # some resource, no set of them can. Kueue finds the same empty answer by removing them all.
-        for fr, v in req.items():
+        w = s.admitted[key]
+        t = s.admit_time.get(key)
+        return (key not in s.evicting, s.admitted_cq[key] == cq_name, w.priority,
+                -(now if t is None else t), w.uid or key)
+
+    def _classify(self, wl, cq, node, req, frs):
+        """Kueue ``collectSameQueueCandidates`` and ``collectCandidatesForHierarchicalReclaim``:
+        (same-queue, hierarchy, priority) candidates as (key, lca, variant) triples."""
+        s = self.sched
+        frs_t = tuple(frs)
+        policy = cq.preemption
+        bwc = policy.borrow_within_cohort
+        bwc_allowed = bwc is not None and bwc.policy != NEVER
+        threshold = bwc.max_priority_threshold if bwc_allowed else None
+        prio = wl.priority
+
+        def too_high(cand: Workload, same_cq: bool) -> bool:
+            pol = policy.within_cluster_queue if same_cq else policy.reclaim_within_cohort
+            lower = prio > cand.priority
+            if pol == LOWER_PRIORITY:
+                return not lower
+            if pol == LOWER_OR_NEWER_EQUAL_PRIORITY:
+                return not (lower or (prio == cand.priority and wl.order_time < cand.order_time))
+            return pol != ANY
+
+        def variant(key: str, same_cq: bool, advantage: bool) -> Optional[str]:
+            u = s.usage_of[key]
+            if not any(fr in u for fr in frs_t):
+                return None
+            cand = s.admitted[key]
+            if too_high(cand, same_cq):
+                return None
+            if same_cq:
+                return _WITHIN_CQ
+            if advantage:
+                return _HIERARCHICAL_RECLAIM
+            if not bwc_allowed:
+                return _RECLAIM_WITHOUT_BORROWING
+            if cand.priority >= prio or (threshold is not None and cand.priority > threshold):
+                return _RECLAIM_WITHOUT_BORROWING
+            return _RECLAIM_WHILE_BORROWING
+
+        same: list = []
+        if policy.within_cluster_queue != NEVER:
+            for key in s.admitted_by_cq.get(cq.name, ()):
+                v = variant(key, True, False)
+                if v is not None:
+                    same.append((key, None, v))
+        hierarchy: list = []
+        priority: list = []
+        if node.parent is None or policy.reclaim_within_cohort == NEVER:
+            return same, hierarchy, priority
+        advantage, remaining = _fit_in_quota(node, req)
+        previous = None
+        current = node.parent
+        while current is not None:
+            out = hierarchy if advantage else priority
+            self._collect(current, current, previous, advantage, node, frs_t, variant, out)
+            fits, remaining = _fit_in_quota(current, remaining)
+            advantage = advantage or fits
+            previous = current
+            current = current.parent
+        return same, hierarchy, priority
+
+    def _collect(self, cohort, lca, skip, advantage, pre_node, frs_t, variant, out) -> None:
+        """Kueue ``collectCandidatesInSubtree``: candidates in subtrees above their quota."""
+        s = self.sched
+        for child in cohort.children:
+            if child is skip or child is pre_node:
+                continue
+            if _within_nominal(child, frs_t):
+                continue
+            if child.is_cluster_queue:
+                for key in s.admitted_by_cq.get(child.name, ()):
+                    v = variant(key, False, advantage)
+                    if v is not None:
+                        out.append((key, lca, v))
+            else:
+                self._collect(child, lca, skip, advantage, pre_node, frs_t, variant, out)
+
+    def _valid(self, elem, allow_borrowing: bool, frs_t, cq_name: str) -> bool:
+        """Kueue ``candidateIsValid``: checked again as victims are removed."""
+        key, lca, v = elem
+        s = self.sched
+        cand_cq = s.admitted_cq[key]
+        if cand_cq == cq_name:
+            return True
+        if allow_borrowing and v == _RECLAIM_WITHOUT_BORROWING:
+            return False
+        node = s.tree.cluster_queues[cand_cq]
+        if _within_nominal(node, frs_t):
+            return False
+        n = node.parent
+        while n is not None and n is not lca:
+            if _within_nominal(n, frs_t):
+                return False
+            n = n.parent
+        return True
+
+    def _minimal(self, req, node, frs, elems, allow_borrowing: bool, cq_name: str) -> list[Target]:
+        s = self.sched
+        frs_t = tuple(frs)
+        for fr, v in req.items():  # see minimal_preemptions: an exact shortcut for hopeless searches
             short = v - node.available(fr)
-            if short > 0 and sum(s.usage_of[k].get(fr, 0) for k in candidates) < short:
+            if short > 0 and sum(s.usage_of[e[0]].get(fr, 0) for e in elems) < short:
                 return []
         removed: list[tuple[Target, QuotaNode, dict]] = []
         fits = False
-        for key in candidates:
-            cand_cq = s.admitted_cq[key]
-            cand_node = s.tree.cluster_queues[cand_cq]
-            same = cand_node is node
-            reason = IN_CLUSTER_QUEUE
-            if not same and not cq_is_borrowing(cand_node, frs):
+        for elem in elems:
+            if not self._valid(elem, allow_borrowing, frs_t, cq_name):
                 continue
-            if not same:
-                reason = IN_COHORT_RECLAMATION
-                if below_priority is not None:
-                    if s.admitted[key].priority >= below_priority:
-                        allow_borrowing = False
-                    else:
-                        reason = IN_COHORT_RECLAIM_WHILE_BORROWING
-            usage = s.usage_of[key]
-            remove_usage(cand_node, usage)
-            removed.append((Target(key, cand_cq, reason), cand_node, usage))
+            key = elem[0]
+            cand_cq = s.admitted_cq[key]
+            n = s.tree.cluster_queues[cand_cq]
+            u = s.usage_of[key]
+            remove_usage(n, u)
+            removed.append((Target(key, cand_cq, _REASONS[elem[2]]), n, u))
             if workload_fits(req, node, allow_borrowing):
                 fits = True
                 break
+        return self._fill_back(removed, fits, req, node, allow_borrowing)
+
+    @staticmethod
+    def _fill_back(removed, fits, req, node, allow_borrowing) -> list[Target]:
         if not fits:
             for _, n, u in removed:
                 add_usage(n, u)
             return []
-        # Fill back in reverse: keep out only those the preemptor needs gone.
         kept = list(removed)
         for i in range(len(removed) - 2, -1, -1):
             t, n, u = removed[i]

@@ -33,21 +33,9 @@ CASES = sorted(
 # the same workloads would otherwise spin through simulate's million-cycle bound.
 TIME_LIMIT_S = 20
 
-_HIERARCHICAL_RECLAIM = (
-    "not implemented yet: hierarchical reclaim (Kueue classical/hierarchical_preemption.go: "
-    "mayReclaimInHierarchy in fitsResourceQuota and hierarchy candidates in the target search)"
-)
-# Cases that fail only because the engine does not implement the feature yet (xfail, not strict:
-# they start passing as the feature lands). Each was run and seen failing for that reason. Engine
-# bugs are NOT listed here; they fail loudly.
-NOT_IMPLEMENTED: dict[str, str] = {
-    "hierarchical/avoid-queues-within-nominal": _HIERARCHICAL_RECLAIM,
-    "hierarchical/preempt-multiple-with-hierarchical-advantage": _HIERARCHICAL_RECLAIM,
-    "hierarchical/preempt-with-hierarchical-advantage": _HIERARCHICAL_RECLAIM,
-    "hierarchical/prefer-hierarchical-candidate": _HIERARCHICAL_RECLAIM,
-    "hierarchical/reclaim-in-complex-hierarchy": _HIERARCHICAL_RECLAIM,
-    "hierarchical/respect-lending-limits": _HIERARCHICAL_RECLAIM,
-}
+# Cases that fail only because the engine does not implement the feature yet (xfail, not strict).
+# Each must have been run and seen failing for that reason. Engine bugs are never listed here.
+NOT_IMPLEMENTED: dict[str, str] = {}
 
 
 @contextmanager
