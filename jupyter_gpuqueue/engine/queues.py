@@ -9,6 +9,9 @@ Follows Kueue's queue manager (``pkg/cache/queue/cluster_queue.go``, ``manager.g
 - ``BestEffortFIFO``: a head that does not fit is *parked* (``inadmissible``) until something in its
   cohort tree changes (quota freed, configuration changed), unless such a change happened since it
   was popped (``queueInadmissibleCycle >= popCycle``), in which case it goes straight back.
+- A head that issued preemptions is *sticky*: it is popped first until it is admitted, so that
+  the quota its victims free is not taken by workloads ahead of it in the order (otherwise an
+  older workload, or the victim itself, could take it and the preemption would repeat forever).
 - Positions (Kueue visibility API, ``pkg/visibility``) count every pending workload of the
   ClusterQueue, parked ones included, in queue order; 0-based. They are answered from ordered
   indexes in O(log n), never by sorting per query.
@@ -43,6 +46,7 @@ class ClusterQueueQueue:
         "pop_cycle",
         "requeue_cycle",
         "popped_at",
+        "sticky",
     )
 
     def __init__(self, name: str, strategy: str = BEST_EFFORT_FIFO):
@@ -56,6 +60,7 @@ class ClusterQueueQueue:
         self.pop_cycle = 0
         self.requeue_cycle = 0
         self.popped_at: dict[str, int] = {}
+        self.sticky: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -93,16 +98,37 @@ class ClusterQueueQueue:
         if lql is not None:
             lql.discard(item)
         self.popped_at.pop(key, None)
+        if self.sticky == key:
+            self.sticky = None
 
     # -- scheduling --------------------------------------------------------------------------------
+    def _sticky_item(self):
+        if self.sticky is None:
+            return None
+        entry = self.keys.get(self.sticky)
+        if entry is None:
+            return None
+        item = (entry[0], self.sticky)
+        return item if item in self.active else None
+
     def head(self) -> Optional[str]:
         """The key of the first active (not parked) workload, without removing it."""
+        item = self._sticky_item()
+        if item is not None:
+            return item[1]
         if not self.active:
             return None
         return self.active[0][1]
 
     def pop(self) -> Optional[str]:
         """Take the head out of the active heap for a cycle (it stays pending for positions)."""
+        item = self._sticky_item()
+        if item is not None:
+            self.active.remove(item)
+            key = item[1]
+            self.pop_cycle += 1
+            self.popped_at[key] = self.pop_cycle
+            return key
         if not self.active:
             return None
         ok, key = self.active.pop(0)
@@ -144,11 +170,26 @@ class ClusterQueueQueue:
             return None
         ok, lq = entry
         item = (ok, key)
-        return self.all_pending.index(item), self.by_local_queue[lq].index(item)
+        pos_cq, pos_lq = self.all_pending.index(item), self.by_local_queue[lq].index(item)
+        sticky = self.keys.get(self.sticky) if self.sticky is not None else None
+        if sticky is not None and self.sticky != key:
+            s_item = (sticky[0], self.sticky)
+            # The sticky head goes first: everything it passes moves one place back.
+            if self.all_pending.index(s_item) > pos_cq:
+                pos_cq += 1
+                if sticky[1] == lq:
+                    pos_lq += 1
+        elif sticky is not None:
+            pos_cq, pos_lq = 0, 0
+        return pos_cq, pos_lq
 
     def ordered_keys(self) -> Iterator[str]:
+        sticky = self.sticky if self.sticky in self.keys else None
+        if sticky is not None:
+            yield sticky
         for _, key in self.all_pending:
-            yield key
+            if key != sticky:
+                yield key
 
     def local_queue_keys(self, lq: str) -> Iterator[str]:
         for _, key in self.by_local_queue.get(lq, ()):

@@ -528,6 +528,7 @@ class Scheduler:
                     result.changed = True
             e.reason = REASON_PENDING
             e.message = f"Pending the preemption of {len(keys)} workload(s)"
+            q.sticky = wl.key  # stays at the head until admitted (Kueue's sticky preemptor)
             self._requeue(e, q, result, immediate=True)
             return
         if not self._fits_without(node, a.usage, self._cycle_targets):

@@ -153,6 +153,11 @@ class Simulator:
     :class:`SimulationError`). ``on_cycle(now, result)``: optional observer called after every
     cycle. ``record_preemptions``: keep a :class:`Preemption` per preemption in
     :attr:`preemptions`.
+
+    Livelock guard: at one instant, a workload preempted more than ``max_preemptions_per_workload``
+    times (default 3) means the scheduler keeps undoing its own decisions (a victim re-admitted into
+    the quota freed for its preemptor, which then preempts it again): :class:`SimulationError`
+    names the workloads, instead of cycling forever.
     """
 
     def __init__(
@@ -161,9 +166,10 @@ class Simulator:
         *,
         resume_preempted: bool = False,
         cycle_seconds: float = 0.0,
-        max_cycles_per_instant: int = 10_000_000,
+        max_cycles_per_instant: int = 1_000_000,
         on_cycle: Optional[Callable[[float, CycleResult], None]] = None,
         record_preemptions: bool = True,
+        max_preemptions_per_workload: int = 3,
     ):
         if cycle_seconds < 0:
             raise ValueError("cycle_seconds must be >= 0")
@@ -173,6 +179,8 @@ class Simulator:
         self.max_cycles_per_instant = max_cycles_per_instant
         self.on_cycle = on_cycle
         self.record_preemptions = record_preemptions
+        self.max_preemptions_per_workload = max_preemptions_per_workload
+        self._instant_victims: dict[str, int] = {}
         self.jobs: dict[str, SimJob] = {}
         self.preemptions: list[Preemption] = []
         self.stats = SimStats()
@@ -255,6 +263,8 @@ class Simulator:
         sched = self.scheduler
         step = self.cycle_seconds
         n = 0
+        if self._instant_victims:
+            self._instant_victims.clear()
         while True:
             result = sched.schedule(now)
             n += 1
@@ -333,6 +343,14 @@ class Simulator:
                     Preemption(now, key, getattr(p, "preemptor", ""), getattr(p, "reason", ""), lost)
                 )
             sched.evict(key, now)
+            times = self._instant_victims.get(key, 0) + 1
+            self._instant_victims[key] = times
+            if times > self.max_preemptions_per_workload:
+                raise SimulationError(
+                    f"preemption livelock at t={now}: {key} preempted {times} times in one instant "
+                    f"(last by {getattr(p, 'preemptor', '?')}, {getattr(p, 'reason', '?')}); the victim "
+                    "is re-admitted into the quota freed for its preemptor"
+                )
 
 
 def simulate_jobs(
