@@ -123,7 +123,9 @@ class QueueService:
         self.python_executable = python_executable
         self.clock = clock
         self.log = logger or log
-        self.scheduler = Scheduler(config, inventory, options)
+        # The live service requeues parked workloads as soon as quota frees (no 1 s batching):
+        # a researcher's job should start the moment it can.
+        self.scheduler = Scheduler(config, inventory, options or SchedulerOptions(requeue_batch_seconds=0.0))
         self.records: dict[str, dict] = {}  # uid -> ledger row (active and recently finished)
         self.by_key: dict[str, str] = {}  # "namespace/name" -> uid
         self.engine_workloads: dict[str, Workload] = {}  # uid -> engine Workload (active only)

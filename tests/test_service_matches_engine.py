@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpuqueue.engine.model import Workload
-from jupyter_gpuqueue.engine.scheduler import Scheduler
+from jupyter_gpuqueue.engine.scheduler import Scheduler, SchedulerOptions
 from jupyter_gpuqueue.engine import serialize
 from jupyter_gpuqueue.service import create_service
 
@@ -155,7 +155,7 @@ def test_service_and_engine_decide_alike(tmp_path_factory, evs):
                          db_url=f"sqlite:///{tmp / 'q.sqlite'}", root_dir=str(tmp), data_dir=str(tmp / "data"),
                          stop_grace_seconds=2.0)
     svc.restore()
-    ref = Scheduler(svc.config, svc.inventory)
+    ref = Scheduler(svc.config, svc.inventory, SchedulerOptions(requeue_batch_seconds=0.0))
     names: list[str] = []
     try:
         for i, ev in enumerate(evs):

@@ -66,10 +66,14 @@ class SchedulerOptions:
 
     ``heads_per_cluster_queue``: workloads popped per ClusterQueue per cycle. Kueue pops one
     (``Manager.Heads``), which throttles deep queues (Kueue issue #14477); more than one is our
-    documented extension.
+    documented extension. ``requeue_batch_seconds``: see below.
     """
 
     heads_per_cluster_queue: int = 1
+    # Kueue requeues parked (inadmissible) workloads of a cohort tree through a delaying workqueue,
+    # at most once per ``requeueBatchPeriod`` (1 s, pkg/cache/queue/manager.go) after quota is
+    # freed. 0 requeues at once (``simulate``, where no time passes, and the live service).
+    requeue_batch_seconds: float = 1.0
 
 
 @dataclass(slots=True)
@@ -137,6 +141,7 @@ class Scheduler:
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}
         self.admit_time: dict[str, Optional[float]] = {}
         self.evicting: dict[str, str] = {}  # victim key -> preemptor key
+        self._requeue_due: dict[str, float] = {}  # cohort-tree root -> when its parked come back
         self.preemptor = Preemptor(self)
         self.fair = FairSharing(self)
         self._configure(config)
@@ -211,9 +216,10 @@ class Scheduler:
         else:
             self.pending_reason.setdefault(wl.key, (REASON_PENDING, ""))
 
-    def remove_workload(self, key: str) -> Optional[Workload]:
+    def remove_workload(self, key: str, now: Optional[float] = None) -> Optional[Workload]:
         """Forget a workload (finished, cancelled, deleted). Frees its quota and devices and
-        requeues the parked workloads that could now fit. Returns it, or None if unknown."""
+        requeues the parked workloads that could now fit (after the requeue batch period counted
+        from ``now``; at once without ``now``). Returns it, or None if unknown."""
         wl = self.workloads.pop(key, None)
         if wl is None:
             return None
@@ -223,7 +229,7 @@ class Scheduler:
         if key in self.admitted:
             cq = self._remove_admitted(key)
             freed_devices = self.allocator.release(key) if self.allocator is not None else False
-            self._requeue_after_release(cq, freed_devices)
+            self._requeue_after_release(cq, freed_devices, now)
         else:
             cq = self.cluster_queue_name(wl)
             if cq in self.queues:
@@ -244,7 +250,7 @@ class Scheduler:
             wl.queue_order_time = now
         self.pending_reason[key] = (REASON_PENDING, "evicted; waiting to be admitted again")
         self._enqueue(wl)
-        self._requeue_after_release(cq, freed)
+        self._requeue_after_release(cq, freed, now)
         return wl
 
     def _add_admitted(self, wl: Workload, now: Optional[float]) -> None:
@@ -277,19 +283,33 @@ class Scheduler:
         else:
             remove_usage(node, usage)
 
-    def _requeue_after_release(self, cq_name: str, freed_devices: bool) -> None:
+    def _requeue_after_release(self, cq_name: str, freed_devices: bool, now: Optional[float] = None) -> None:
         node = self.tree.cluster_queues.get(cq_name)
-        names = [n.name for n in node.root().subtree_cluster_queues()] if node is not None else [cq_name]
-        for name in names:
-            q = self.queues.get(name)
-            if q is not None:
-                q.requeue_inadmissible()
+        root = node.root() if node is not None else None
+        batch = self.options.requeue_batch_seconds
+        if root is not None and now is not None and batch > 0:
+            # Kueue's delaying workqueue: the first release schedules the requeue; later ones join it.
+            self._requeue_due.setdefault(root.name, now + batch)
+        else:
+            self._requeue_tree(root, cq_name)
         if freed_devices and self._placement_parked:
             for name in set(self._placement_parked.values()):
                 q = self.queues.get(name)
                 if q is not None:
                     q.requeue_inadmissible()
             self._placement_parked.clear()
+
+    def _requeue_tree(self, root: Optional[QuotaNode], cq_name: str) -> None:
+        names = [n.name for n in root.subtree_cluster_queues()] if root is not None else [cq_name]
+        for name in names:
+            q = self.queues.get(name)
+            if q is not None:
+                q.requeue_inadmissible()
+
+    def next_requeue_time(self) -> Optional[float]:
+        """When the next batched requeue of parked workloads is due (None: none pending). A clocked
+        driver (the simulator) runs a cycle then."""
+        return min(self._requeue_due.values()) if self._requeue_due else None
 
     def requeue_all(self) -> None:
         """Put every parked workload back into its heap (configuration or inventory changed)."""
@@ -301,6 +321,12 @@ class Scheduler:
     def schedule(self, now: float) -> CycleResult:
         """Run one scheduling cycle at time ``now`` (seconds). See the module docstring."""
         result = CycleResult()
+        if self._requeue_due:
+            for root_name, due in list(self._requeue_due.items()):
+                if due <= now:
+                    del self._requeue_due[root_name]
+                    root = self.tree.cohorts.get(root_name) or self.tree.cluster_queues.get(root_name)
+                    self._requeue_tree(root, root_name)
         entries: list[_Entry] = []
         for name in sorted(self.queues):
             if name in self.inactive:

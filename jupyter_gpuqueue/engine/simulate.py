@@ -34,7 +34,8 @@ def simulate_text(texts: list[tuple[str, str]], options: Optional[SchedulerOptio
 
 def simulate(config: ClusterConfig, workloads: list[Workload], options: Optional[SchedulerOptions] = None) -> dict:
     """Run ``workloads`` (in input order: FIFO ties resolve by it) against ``config``."""
-    sched = Scheduler(config, None, options)
+    # No time passes here, so Kueue's 1 s batching of requeues collapses to "at once".
+    sched = Scheduler(config, None, options or SchedulerOptions(requeue_batch_seconds=0.0))
     for seq, wl in enumerate(workloads):
         if not wl.uid:
             wl.uid = f"{seq:09d}"
