@@ -9,17 +9,22 @@ Model (units: seconds of simulated time, floats; quantities in the engine's cano
 ------------------------------------------------------------------------------------------------
 * **Events** sit in one priority queue ordered by (time, sequence): *arrivals* (``add_job``: the
   workload is added to the scheduler, pending, at its ``submit_time``) and *completions* (a
-  running workload has run for its run time: it is removed from the scheduler, which frees its
+  running workload has run for its run time: ``Scheduler.remove_workload(key, now)`` frees its
   quota and requeues the parked workloads of its cohort tree). Event times are rounded to the
   microsecond (``TIME_DECIMALS``) so that sums such as ``0.1 + 0.2`` and ``0.3`` meet at one
   instant.
 * **Instants**: every event due at the same time is applied first, then scheduling cycles run
   *at that instant* until one changes nothing (``result.heads == 0`` or nothing admitted, parked,
   preempted or re-reasoned). Kueue runs its cycles back to back (after a cycle that admitted
-  nothing it backs off 1 ms doubling to 10 ms, ``pkg/scheduler/scheduler.go``); by default a
+  nothing it backs off 1 ms doubling to 10 ms, ``pkg/scheduler/scheduler.go``; with no workload
+  pending, ``Manager.Heads`` blocks, and here no cycle runs at all); by default a
   cycle costs no simulated time (``cycle_seconds = 0``) but every cycle is counted. With
   ``cycle_seconds > 0`` each productive cycle takes that long: the next cycle runs that much later,
   after the events due by then — a model of a scheduler whose throughput is bounded.
+* **Requeues**: parked (inadmissible) workloads come back when quota is freed in their cohort
+  tree; the scheduler batches that like Kueue's delaying workqueue (``requeueBatchPeriod``,
+  ``SchedulerOptions.requeue_batch_seconds``) and says when through ``next_requeue_time()``: the
+  simulator wakes up then and runs cycles, even when no event is due.
 * **Admission** starts a run at the cycle's time; its completion is due ``remaining`` seconds
   later.
 * **Preemption** (when the scheduler reports ``CycleResult.preempted``: objects with ``.victim``
@@ -125,7 +130,9 @@ class SimStats:
     changed nothing (the last one of each instant, as a rule); ``instants``: distinct simulated
     times at which events were applied; ``arrivals``, ``admissions`` (re-admissions included),
     ``completions``, ``preemptions``; ``max_cycles_in_instant``: the longest run of cycles at one
-    instant; ``end_time``: the simulated time of the last event."""
+    instant; ``skipped_instants``: instants with nothing pending, where no cycle runs (Kueue's
+    ``Manager.Heads`` blocks until a ClusterQueue has work); ``end_time``: the simulated time of
+    the last arrival or completion (not of a later requeue wake-up or cycle)."""
 
     cycles: int = 0
     idle_cycles: int = 0
@@ -135,6 +142,7 @@ class SimStats:
     completions: int = 0
     preemptions: int = 0
     max_cycles_in_instant: int = 0
+    skipped_instants: int = 0
     end_time: float = 0.0
 
 
@@ -224,12 +232,28 @@ class Simulator:
 
     def run(self, until: Optional[float] = None) -> SimStats:
         """Process events (and the cycles they cause) until none is left, or the next is due after
-        ``until``. Returns :attr:`stats`. May be called again after more ``add_job``."""
+        ``until`` (the clock then stands at ``until``). Returns :attr:`stats`. May be called again,
+        after more ``add_job`` too."""
         events = self._events
-        while events:
-            t = events[0][0]
-            if until is not None and t > until:
+        next_requeue = getattr(self.scheduler, "next_requeue_time", None)
+        last = None
+        repeats = 0
+        while True:
+            t = events[0][0] if events else None
+            if next_requeue is not None:
+                tr = next_requeue()
+                if tr is not None:
+                    tr = round(max(tr, self.now), TIME_DECIMALS)
+                    if t is None or tr < t:
+                        t = tr
+            if t is None or (until is not None and t > until):
+                if until is not None and until > self.now:
+                    self.now = round(until, TIME_DECIMALS)  # the clock stands at ``until``
                 break
+            repeats = repeats + 1 if t == last else 0
+            if repeats > 3:
+                raise SimulationError(f"the scheduler's requeue at t={t} is never carried out")
+            last = t
             self._instant(t)
         return self.stats
 
@@ -239,19 +263,21 @@ class Simulator:
         jobs = self.jobs
         stats = self.stats
         while events and events[0][0] <= now:
-            _, kind, _, key, run_id = heapq.heappop(events)
+            t, kind, _, key, run_id = heapq.heappop(events)
             job = jobs[key]
             if kind == _ARRIVAL:
                 stats.arrivals += 1
+                stats.end_time = t
                 sched.add_workload(job.workload)
             elif run_id == job.run_id:  # a completion of the current run
+                stats.end_time = t
                 run = job.runs[-1]
-                run.end = now
+                run.end = t  # the scheduler learns of it at ``now`` (later with cycle_seconds)
                 job.remaining = 0.0
-                job.finish_time = now
+                job.finish_time = t
                 job.run_id += 1
                 stats.completions += 1
-                sched.remove_workload(key)
+                sched.remove_workload(key, now)
 
     def _instant(self, t: float) -> None:
         """Apply the events due at ``t`` and cycle until nothing changes (with ``cycle_seconds``,
@@ -265,6 +291,10 @@ class Simulator:
         n = 0
         if self._instant_victims:
             self._instant_victims.clear()
+        if not self._anything_pending() and not self._requeue_due(now):
+            # Nothing to schedule (Kueue's Manager.Heads blocks): no cycle runs.
+            stats.skipped_instants += 1
+            return
         while True:
             result = sched.schedule(now)
             n += 1
@@ -289,8 +319,21 @@ class Simulator:
                 self._apply_due(now)
         if n > stats.max_cycles_in_instant:
             stats.max_cycles_in_instant = n
-        if now > stats.end_time:
-            stats.end_time = now
+
+    def _requeue_due(self, now: float) -> bool:
+        nrt = getattr(self.scheduler, "next_requeue_time", None)
+        if nrt is None:
+            return False
+        t = nrt()
+        return t is not None and round(t, TIME_DECIMALS) <= now
+
+    def _anything_pending(self) -> bool:
+        sched = self.scheduler
+        workloads = getattr(sched, "workloads", None)
+        admitted = getattr(sched, "admitted", None)
+        if workloads is None or admitted is None:
+            return True
+        return len(workloads) > len(admitted)
 
     def _start_runs(self, admitted: list[Workload], now: float) -> None:
         jobs = self.jobs

@@ -1,0 +1,313 @@
+"""``jupyter gpuqueue replay``: trace reading (errors by line and column), the tenant mapping, the
+metrics on small traces with hand-computed figures, the Philly example configuration and the CLI.
+Fast: no long replay runs here (those are in benchmarks/)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from jupyter_gpuqueue import replay as rp
+from jupyter_gpuqueue.cli import run as cli_run
+from jupyter_gpuqueue.engine.errors import ManifestError
+from jupyter_gpuqueue.engine.model import GPU
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHILLY_CONFIG = os.path.join(ROOT, "examples", "philly", "queues.yaml")
+PHILLY_TRACE = os.path.join(os.path.dirname(ROOT), "shared", "traces", "philly.csv")
+
+HEADER = "job_id,tenant,submit_time_s,duration_s,num_gpus,gpu_type,status,gpu_time_s,submit_timestamp,src_row\n"
+
+
+def cq_yaml(name, nominal, cohort="co", reclaim="Never"):
+    return f"""---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: {name}}}
+spec:
+  cohort: {cohort}
+  namespaceSelector: {{}}
+  preemption: {{reclaimWithinCohort: {reclaim}}}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu
+      resources: [{{name: nvidia.com/gpu, nominalQuota: {nominal}}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: jobs, namespace: {name}}}
+spec: {{clusterQueue: {name}}}
+"""
+
+
+FLAVOR = """apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu}
+"""
+
+MAPPING = """---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: gpuqueue-replay-tenants}
+data:
+  tenants.yaml: |
+    "aa": team-a/jobs
+    "bb": team-b/jobs
+    "*": other/jobs
+"""
+
+CONFIG = FLAVOR + cq_yaml("team-a", 2) + cq_yaml("team-b", 2) + cq_yaml("other", 0) + MAPPING
+
+
+def trace(rows: str, header: str = HEADER) -> list[rp.TraceJob]:
+    return rp.read_trace(io.StringIO(header + rows), "t.csv")
+
+
+def config(text: str = CONFIG) -> rp.ReplayConfig:
+    return rp.load_replay_config([("q.yaml", text)])
+
+
+# -- reading the trace ---------------------------------------------------------------------------
+
+
+def test_read_trace_philly_columns():
+    jobs = trace("j0,aa,0,100,8,,,800,2017-09-04 10:30:41,1\nj1,bb,5.5,0,1,,,0,x,2\n\n")
+    assert [(j.job_id, j.tenant, j.submit_time, j.duration, j.gpus, j.priority, j.line) for j in jobs] == [
+        ("j0", "aa", 0.0, 100.0, 8, 0, 2), ("j1", "bb", 5.5, 0.0, 1, 0, 3)]
+    with_prio = trace("j0,aa,0,1,1,7\n", header="job_id,tenant,submit_time_s,duration_s,num_gpus,priority\n")
+    assert with_prio[0].priority == 7
+    assert len(trace("j0,aa,0,1,1\nj1,aa,0,1,1\nj2,aa,0,1,1\n", header="job_id,tenant,submit_time_s,duration_s,num_gpus\n")) == 3
+
+
+@pytest.mark.parametrize(
+    "header,rows,line,column,fragment",
+    [
+        ("job_id,tenant,submit_time_s,duration_s\n", "", 1, "num_gpus", "missing required column"),
+        (HEADER, "j0,aa,0,10,1,,,,,\nj1,aa,x,10,1,,,,,\n", 3, "submit_time_s", "not a number: 'x'"),
+        (HEADER, "j0,aa,0,-1,1,,,,,\n", 2, "duration_s", "must be >= 0"),
+        (HEADER, "j0,aa,0,1,0,,,,,\n", 2, "num_gpus", "integer >= 1"),
+        (HEADER, "j0,aa,0,1,1.5,,,,,\n", 2, "num_gpus", "not an integer"),
+        (HEADER, "j0,aa,0,1,1,,,,,\nj0,aa,0,1,1,,,,,\n", 3, "job_id", "repeats line 2"),
+        (HEADER, "j0,,0,1,1,,,,,\n", 2, "tenant", "tenant is empty"),
+        (HEADER, "j0,aa,0\n", 2, "duration_s", "3 cells"),
+        (HEADER, "j0,aa,nan,1,1,,,,,\n", 2, "submit_time_s", "finite"),
+        (HEADER, "j0,aa,0,,1,,,,,\n", 2, "duration_s", "empty cell"),
+    ],
+)
+def test_read_trace_errors_name_line_and_column(header, rows, line, column, fragment):
+    with pytest.raises(rp.TraceError) as e:
+        trace(rows, header)
+    assert (e.value.line, e.value.column) == (line, column)
+    assert str(e.value).startswith(f"t.csv: line {line}, column {column}: ")
+    assert fragment in str(e.value)
+    assert e.value.field == column
+
+
+def test_read_trace_file_missing(tmp_path):
+    with pytest.raises(rp.TraceError, match="cannot read trace"):
+        rp.read_trace_file(str(tmp_path / "nope.csv"))
+    (tmp_path / "e.csv").write_text("")
+    with pytest.raises(rp.TraceError, match="line 1: empty trace"):
+        rp.read_trace_file(str(tmp_path / "e.csv"))
+
+
+def test_pod_sets_for_large_jobs():
+    shape = lambda n: [(p.name, p.count, p.requests[GPU]) for p in rp.pod_sets_for(n)]  # noqa: E731
+    assert shape(1) == [("main", 1, 1)]
+    assert shape(8) == [("main", 1, 8)]
+    assert shape(16) == [("main", 2, 8)]
+    assert shape(12) == [("main", 2, 6)]
+    assert shape(128) == [("main", 16, 8)]
+    assert shape(20) == [("main", 1, 6), ("main-extra", 2, 7)]  # 3 pods: 6 + 7 + 7
+    assert sum(c * g for _, c, g in shape(20)) == 20
+
+
+# -- the tenant mapping --------------------------------------------------------------------------
+
+
+def test_mapping_configmap_and_catch_all():
+    rc = config()
+    assert rc.local_queue_for("aa") == "team-a/jobs"
+    assert rc.local_queue_for("zz") == "other/jobs"
+    jobs = rp.build_jobs(trace("j0,aa,0,1,16,,,,,\nj1,zz,1,1,1,,,,,\n"), rc)
+    wl = jobs[0].workload
+    assert (wl.namespace, wl.queue_name, wl.name, wl.creation_time) == ("team-a", "jobs", "j0", 0.0)
+    assert [(p.count, p.requests) for p in wl.pod_sets] == [(2, {GPU: 8})]
+    assert jobs[1].workload.key == "other/j1" and jobs[1].tag == "zz"
+
+
+def test_mapping_without_configmap_uses_namespace_named_after_tenant():
+    rc = config(FLAVOR + cq_yaml("aa", 1))
+    assert rc.local_queue_for("aa") == "aa/jobs"
+    with pytest.raises(rp.TraceError, match=r"line 3, column tenant: tenant 'bb' has no LocalQueue"):
+        rp.build_jobs(trace("j0,aa,0,1,1,,,,,\nj1,bb,0,1,1,,,,,\n"), rc)
+
+
+def test_mapping_errors():
+    with pytest.raises(ManifestError, match=r"q.yaml: document 5: ConfigMap/gpuqueue-replay-tenants: "
+                                            r"data\[tenants.yaml\]\[aa\]: Not found: LocalQueue nope/jobs"):
+        config(FLAVOR + cq_yaml("team-a", 2) + cq_yaml("other", 0)
+               + MAPPING.replace("team-a/jobs", "nope/jobs").replace('    "bb": team-b/jobs\n', ""))
+    with pytest.raises(ManifestError, match="a LocalQueue as \"namespace/name\" is required"):
+        config(FLAVOR + cq_yaml("team-a", 2) + MAPPING.replace('"aa": team-a/jobs', '"aa": team-a'))
+    with pytest.raises(ManifestError, match="Required value: key 'tenants.yaml'"):
+        config(FLAVOR + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: gpuqueue-replay-tenants}\ndata: {}\n")
+    # Kueue objects are validated as `simulate` does.
+    with pytest.raises(ManifestError, match="nominalQuota"):
+        config(FLAVOR + cq_yaml("team-a", "-3"))
+
+
+# -- metrics, hand-computed ----------------------------------------------------------------------
+
+
+def test_replay_metrics_hand_computed():
+    """team-a and team-b have 2 GPUs each in one cohort; no reclaim.
+    aa: j0 (t=0, 2 GPUs, 100 s) → 0–100; j1 (t=0, 2 GPUs, 100 s) borrows b's 2 → 0–100.
+    bb: j2 (t=10, 1 GPU, 50 s) waits for quota until 100 (a holds all 4) → 100–150.
+    Window 0–150, capacity 4 GPUs.
+    team-a: 400 GPU-s used on nominal 2 → 400 / (2 × 150) = 133.3 %; borrowed 2 × 100 s.
+    team-b: 50 / 300 = 16.7 %. Cluster: 450 / (4 × 150) = 75 %.
+    Delays: 0, 0, 90 → mean 30, median 0, p95 81. Completion: 100, 100, 140.
+    Dominant shares (of 4 GPUs), time-averaged over 150 s: aa 400/(4·150) = 2/3, bb 50/600 = 1/12;
+    Jain = (2/3 + 1/12)² / (2 · ((2/3)² + (1/12)²)) = 0.5625 / 0.90278 = 0.6231.
+    Quota-weighted (both have half the quota): 4/3 and 1/6: the same index."""
+    rc = config()
+    report = rp.replay_trace(trace("j0,aa,0,100,2,,,,,\nj1,aa,0,100,2,,,,,\nj2,bb,10,50,1,,,,,\n"), rc,
+                             options=rp.ReplayOptions(bin_seconds=50, requeue_batch_seconds=0), source="t.csv")
+    ov = report["overall"]
+    assert (ov["jobs"], ov["admitted"], ov["finished"]) == (3, 3, 3)
+    assert ov["queueingDelayS"] == pytest.approx({"mean": 30.0, "median": 0.0, "p95": 81.0})
+    assert ov["completionTimeS"]["mean"] == pytest.approx(340 / 3)
+    assert ov["gpuUtilization"] == pytest.approx(0.75)
+    assert ov["borrowedGpuHours"] == pytest.approx(200 / 3600)
+    assert ov["gpuHours"] == pytest.approx(450 / 3600)
+    assert ov["jainFairnessIndex"] == pytest.approx(0.5625 / (2 * ((2 / 3) ** 2 + (1 / 12) ** 2)))
+    assert ov["jainFairnessIndexWeighted"] == pytest.approx(ov["jainFairnessIndex"])
+    a, b = report["clusterQueues"]["team-a"], report["clusterQueues"]["team-b"]
+    assert a["gpuUtilization"] == pytest.approx(400 / 300) and b["gpuUtilization"] == pytest.approx(50 / 300)
+    assert (a["nominalGpus"], a["admissions"], b["borrowedGpuHours"]) == (2, 2, 0)
+    assert report["clusterQueues"]["other"]["gpuUtilization"] is None  # no quota of its own
+    ta = report["teams"]["aa"]
+    assert (ta["localQueue"], ta["clusterQueue"], ta["jobs"]) == ("team-a/jobs", "team-a", 2)
+    assert ta["dominantShare"] == pytest.approx(2 / 3)
+    assert report["teams"]["bb"]["queueingDelayS"]["mean"] == 90
+    # Timeline, bins of 50 s: cluster 4, 4, 1 GPUs in use of 4; pending: bb waits 10–100.
+    tl = report["timeline"]
+    assert tl["t"] == [0, 50, 100]
+    assert tl["clusterGpuUtilization"] == [1.0, 1.0, 0.25]
+    assert tl["clusterQueueGpuUtilization"]["team-a"] == [2.0, 2.0, None] or \
+        tl["clusterQueueGpuUtilization"]["team-a"] == [2.0, 2.0, 0.0]
+    assert tl["pendingWorkloads"] == [0.8, 1.0, 0.0]
+    assert tl["meanQueueingDelayS"] == [30.0, None, None]
+    assert report["trace"] == {"source": "t.csv", "jobs": 3, "tenants": 2, "gpuHoursDemanded": 450 / 3600}
+    assert report["simulation"]["preemptions"] == 0
+    assert set(report["wallTimeS"]) >= {"build", "simulate", "metrics", "total"}
+    text = rp.summary_text(report)
+    assert "team-a/jobs" in text and "75.0%" in text and "Jain" in text
+    svg = rp.plot_svg(report)
+    assert svg.startswith("<svg") and "polyline" in svg and "queueing delay" in svg
+
+
+def test_replay_with_reclaim_counts_preemptions():
+    """As above, with reclaimWithinCohort: Any: bb's job (t=10, 1 GPU) reclaims its quota from
+    aa's borrowing job j1 (2 GPUs, preempted at 10 after 10 s). j1 needs 2 GPUs: 1 is free until
+    bb's job ends at 60; then it borrows again and runs 60–160 from the beginning."""
+    text = FLAVOR + cq_yaml("team-a", 2, reclaim="Any") + cq_yaml("team-b", 2, reclaim="Any") + cq_yaml("other", 0) + MAPPING
+    report = rp.replay_trace(trace("j0,aa,0,100,2,,,,,\nj1,aa,0,100,2,,,,,\nj2,bb,10,50,1,,,,,\n"), config(text),
+                             options=rp.ReplayOptions(requeue_batch_seconds=0))
+    assert report["overall"]["preemptions"] == 1
+    assert report["teams"]["aa"]["preemptions"] == 1
+    assert report["clusterQueues"]["team-a"]["preemptions"] == 1
+    assert report["teams"]["bb"]["queueingDelayS"]["mean"] == 0
+    assert report["simulation"]["lostGpuHoursToPreemption"] == pytest.approx(2 * 10 / 3600)
+    assert report["windowS"]["end"] == 160
+    assert report["teams"]["aa"]["completionTimeS"]["mean"] == 130  # (100 + 160) / 2
+
+
+def test_percentile_and_jain():
+    assert rp.percentile([], 50) is None
+    assert rp.percentile([5], 95) == 5
+    assert rp.percentile([0, 10], 95) == pytest.approx(9.5)
+    assert rp.percentile([1, 2, 3, 4], 50) == 2.5
+    assert rp.jain_index([1, 1, 1]) == 1.0
+    assert rp.jain_index([1, 0, 0, 0]) == 0.25
+    assert rp.jain_index([0, 0]) == 1.0 and rp.jain_index([]) is None
+    assert rp.nice_bin(109 * 86400) == 43200 and rp.nice_bin(100) == 0.5
+
+
+# -- the Philly example --------------------------------------------------------------------------
+
+
+def test_philly_example_config():
+    with open(PHILLY_CONFIG, encoding="utf-8") as f:
+        rc = rp.load_replay_config([("queues.yaml", f.read())])
+    cqs = rc.config.cluster_queues
+    assert len(cqs) == 12 and {cq.cohort for cq in cqs.values()} == {"philly"}
+    nominal = {n: cq.resource_groups[0].flavors[0].resources[0].nominal_quota for n, cq in cqs.items()}
+    assert nominal["philly-6214e9"] == 512 and nominal["philly-ed69ec"] == 64 and nominal["philly-other"] == 0
+    assert sum(nominal.values()) == 2816
+    assert all(cq.preemption.reclaim_within_cohort == "Any" for cq in cqs.values())
+    assert len(rc.tenants) == 11 and rc.default == "philly-other/jobs"
+    assert rc.local_queue_for("0e4a51") == "philly-0e4a51/jobs"
+    assert rc.local_queue_for("103959") == "philly-103959/jobs"
+    assert rc.local_queue_for("23dbec") == "philly-other/jobs"
+
+
+@pytest.mark.skipif(not os.path.exists(PHILLY_TRACE), reason="shared Philly trace not present")
+def test_philly_first_jobs_replay():
+    with open(PHILLY_CONFIG, encoding="utf-8") as f:
+        rc = rp.load_replay_config([("queues.yaml", f.read())])
+    jobs = rp.read_trace_file(PHILLY_TRACE, limit=2000)
+    report = rp.replay_trace(jobs, rc, source="philly.csv")
+    assert report["overall"]["jobs"] == 2000 and report["overall"]["finished"] == 2000
+    assert 0 < report["overall"]["gpuUtilization"] < 1
+    assert report["overall"]["gpuHours"] == pytest.approx(report["trace"]["gpuHoursDemanded"])
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+
+def _cli(args):
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_run(args, out=out, err=err, stdin=io.StringIO())
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_replay_tiny_trace(tmp_path):
+    (tmp_path / "t.csv").write_text(HEADER + "j0,aa,0,100,2,,,,,\nj1,aa,0,100,2,,,,,\nj2,bb,10,50,1,,,,,\n")
+    (tmp_path / "q.yaml").write_text(CONFIG)
+    code, out, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"),
+                           "--requeue-batch-seconds", "0"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["overall"]["gpuUtilization"] == pytest.approx(0.75)
+    assert "Replay of" in err and "cluster-wide GPU utilization 75.0%" in err
+
+    code, out, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"),
+                           "-o", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.svg"), "--bin-seconds", "50"])
+    assert code == 0, err
+    assert json.loads((tmp_path / "r.json").read_text())["timeline"]["binSeconds"] == 50
+    assert (tmp_path / "r.svg").read_text().startswith("<svg")
+    assert "Replay of" in out
+
+
+def test_cli_replay_errors(tmp_path):
+    (tmp_path / "bad.csv").write_text(HEADER + "j0,aa,0,100,two,,,,,\n")
+    (tmp_path / "q.yaml").write_text(CONFIG)
+    code, out, err = _cli(["replay", str(tmp_path / "bad.csv"), "--config", str(tmp_path / "q.yaml")])
+    assert code == 2 and "line 2, column num_gpus: not an integer: 'two'" in err and out == ""
+    code, _, err = _cli(["replay", str(tmp_path / "bad.csv")])
+    assert code == 2 and "--config" in err
+    code, _, err = _cli(["replay"])
+    assert code == 2 and "TRACE" in err
+    code, _, err = _cli(["replay", str(tmp_path / "bad.csv"), "--kueue-perf", "baseline"])
+    assert code == 2 and "--kueue-perf takes no TRACE" in err
+    code, _, err = _cli(["replay", "--kueue-perf", "nope"])
+    assert code == 2 and "invalid choice" in err
+    (tmp_path / "bad.yaml").write_text(FLAVOR + "---\nkind: ClusterQueue\n")
+    code, _, err = _cli(["replay", str(tmp_path / "bad.csv"), "--config", str(tmp_path / "bad.yaml")])
+    assert code == 2 and "bad.yaml" in err
