@@ -29,6 +29,7 @@ from .model import ClusterQueue, Workload
 from .preemption import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_FAIR_SHARING,
+    Preemptor,
     Target,
     add_usage,
     remove_usage,
@@ -221,21 +222,7 @@ def fair_preemptions(
                 ordering.drop(target)  # S2-b applies at most once per ClusterQueue
     finally:
         remove_usage(pre, req)
-    if not fits:
-        for _, n, u in removed:
-            add_usage(n, u)
-        return []
-    kept = list(removed)
-    for i in range(len(removed) - 2, -1, -1):
-        t, n, u = removed[i]
-        add_usage(n, u)
-        if workload_fits(req, pre, True):
-            kept.remove(removed[i])
-        else:
-            remove_usage(n, u)
-    for _, n, u in kept:
-        add_usage(n, u)
-    return [t for t, _, _ in kept]
+    return Preemptor._fill_back(removed, fits, req, pre, True)
 
 
 def _almost_lcas(a: QuotaNode, b: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
