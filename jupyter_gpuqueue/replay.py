@@ -68,13 +68,13 @@ import io
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, TextIO
+from typing import Iterable, Optional, TextIO
 
 import yaml
 
 from .engine import kueue_perf
 from .engine.errors import ManifestError
-from .engine.manifests import load_documents, parse_yaml_documents
+from .engine.manifests import load_texts, parse_yaml_documents
 from .engine.model import GPU, ClusterConfig, Inventory, PodSet, Workload
 from .engine.scheduler import Scheduler, SchedulerOptions
 from .engine.simulator import SimJob, Simulator
@@ -259,13 +259,9 @@ def load_replay_config(texts: list[tuple[str, str]]) -> ReplayConfig:
     """Load Kueue YAML streams ``texts`` ((source name, text) pairs) and the tenant mapping
     ConfigMap among them. Raises ``ManifestError`` (file, document, field, reason) when a Kueue
     object is invalid or the mapping is malformed or names a LocalQueue that does not exist."""
-    docs: list = []
     mapping_docs: list[tuple[str, int, dict]] = []
-    sources: list[tuple[str, list]] = []
     for source, text in texts:
-        parsed = parse_yaml_documents(text, source)
-        kept = []
-        for i, doc in enumerate(parsed):
+        for i, doc in enumerate(parse_yaml_documents(text, source)):
             if (
                 isinstance(doc, dict)
                 and doc.get("kind") == "ConfigMap"
@@ -273,21 +269,10 @@ def load_replay_config(texts: list[tuple[str, str]]) -> ReplayConfig:
                 and doc["metadata"].get("name") == TENANT_CONFIGMAP
             ):
                 mapping_docs.append((source, i, doc))
-                kept.append(None)  # keep document indexes stable in errors
-            else:
-                kept.append(doc)
-        sources.append((source, kept))
-    config = ClusterConfig()
-    warnings: list[str] = []
-    if len(sources) == 1:
-        m = load_documents(sources[0][1], sources[0][0])
-        config, warnings = m.config, list(m.warnings)
-    else:
-        from .engine.manifests import load_texts
-
-        # Several files: re-serialise what is kept so that cross-file references resolve.
-        m = load_texts([(s, yaml.safe_dump_all([d for d in kept if d is not None])) for s, kept in sources])
-        config, warnings = m.config, list(m.warnings)
+    # The Kueue loader lists ConfigMaps as ignored: the streams load as they are, so that errors
+    # keep their file and document index.
+    m = load_texts(texts)
+    config, warnings = m.config, list(m.warnings)
     rc = ReplayConfig(config=config, warnings=warnings)
     if len(mapping_docs) > 1:
         source, i, _ = mapping_docs[1]
@@ -938,6 +923,10 @@ def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: i
             pts.append(f"{px:.1f},{py:.1f}")
         if pts:
             segs.append(pts)
+        for seg in segs:  # a lone point: a short dash, so that it shows
+            if len(seg) == 1:
+                x, y = map(float, seg[0].split(","))
+                seg[:] = [f"{x - 1.5:.1f},{y:.1f}", f"{x + 1.5:.1f},{y:.1f}"]
         d = f' stroke-dasharray="{dash}"' if dash else ""
         return "".join(
             f'<polyline fill="none" stroke="{color}" stroke-width="1.3"{d} points="{" ".join(s)}"/>' for s in segs
@@ -983,7 +972,7 @@ def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: i
     dunit, ddiv = ("h", 3600.0) if dmax_s >= 7200 else ("min", 60.0) if dmax_s >= 120 else ("s", 1.0)
     dmax = dmax_s / ddiv
     svg.append(axes(y2, dmax, f"queueing delay of jobs submitted in each bin ({dunit})",
-                    lambda v: f"{v:.1f}" if dmax < 10 else f"{v:.0f}"))
+                    lambda v: f"{v:.3g}"))
     svg.append(poly([None if v is None else v / ddiv for v in dp95], y2, dmax, "#d62728", "4,3"))
     svg.append(poly([None if v is None else v / ddiv for v in dmean], y2, dmax, "#1f77b4"))
     for k, (name, color) in enumerate((("mean", "#1f77b4"), ("p95", "#d62728"))):

@@ -140,6 +140,15 @@ def test_mapping_configmap_and_catch_all():
     assert jobs[1].workload.key == "other/j1" and jobs[1].tag == "zz"
 
 
+def test_config_in_several_files():
+    rc = rp.load_replay_config([("queues.yaml", FLAVOR + cq_yaml("team-a", 2) + cq_yaml("team-b", 2)),
+                                ("more.yaml", cq_yaml("other", 0) + MAPPING)])
+    assert len(rc.config.cluster_queues) == 3 and rc.local_queue_for("zz") == "other/jobs"
+    with pytest.raises(ManifestError, match="more.yaml: document 0: ConfigMap/gpuqueue-replay-tenants: "
+                                            "metadata.name: ConfigMap gpuqueue-replay-tenants is given more"):
+        rp.load_replay_config([("q.yaml", CONFIG), ("more.yaml", MAPPING + MAPPING)])
+
+
 def test_mapping_without_configmap_uses_namespace_named_after_tenant():
     rc = config(FLAVOR + cq_yaml("aa", 1))
     assert rc.local_queue_for("aa") == "aa/jobs"
@@ -228,6 +237,22 @@ def test_replay_with_reclaim_counts_preemptions():
     assert report["teams"]["aa"]["completionTimeS"]["mean"] == 130  # (100 + 160) / 2
 
 
+def test_replay_with_inventory_places_pods():
+    """Quota alone would admit everything at once (4 + 4 + 16 GPUs of cohort quota 24); the
+    inventory has two nodes of 8 GPUs. j0 (16 GPUs = 2 pods × 8) takes both nodes 0–100; j1 (t=1,
+    1 GPU) fits the quota but no device is free: PlacementFailed until 100, then runs 100–110."""
+    from jupyter_gpuqueue.inventory import parse_inventory
+
+    inv = parse_inventory({"nodes": [
+        {"name": f"n{i}", "gpus": [{"index": g, "uuid": f"GPU-{i}-{g}"} for g in range(8)]} for i in range(2)]})
+    text = FLAVOR + cq_yaml("team-a", 4) + cq_yaml("team-b", 4) + cq_yaml("other", 16) + MAPPING
+    report = rp.replay_trace(trace("j0,zz,0,100,16,,,,,\nj1,aa,1,10,1,,,,,\n"), config(text), inventory=inv,
+                             options=rp.ReplayOptions(requeue_batch_seconds=0))
+    assert report["teams"]["zz"]["queueingDelayS"]["mean"] == 0
+    assert report["teams"]["aa"]["queueingDelayS"]["mean"] == 99
+    assert report["windowS"]["end"] == 110 and report["options"]["inventory"] is True
+
+
 def test_percentile_and_jain():
     assert rp.percentile([], 50) is None
     assert rp.percentile([5], 95) == 5
@@ -255,6 +280,15 @@ def test_philly_example_config():
     assert rc.local_queue_for("0e4a51") == "philly-0e4a51/jobs"
     assert rc.local_queue_for("103959") == "philly-103959/jobs"
     assert rc.local_queue_for("23dbec") == "philly-other/jobs"
+
+
+def test_philly_quarter_config_is_a_quarter():
+    with open(PHILLY_CONFIG.replace("queues.yaml", "queues-quarter.yaml"), encoding="utf-8") as f:
+        rc = rp.load_replay_config([("queues-quarter.yaml", f.read())])
+    nominal = {n: cq.resource_groups[0].flavors[0].resources[0].nominal_quota
+               for n, cq in rc.config.cluster_queues.items()}
+    assert sum(nominal.values()) == 704 and nominal["philly-6214e9"] == 128
+    assert len(rc.tenants) == 11 and rc.default == "philly-other/jobs"
 
 
 @pytest.mark.skipif(not os.path.exists(PHILLY_TRACE), reason="shared Philly trace not present")
@@ -311,3 +345,30 @@ def test_cli_replay_errors(tmp_path):
     (tmp_path / "bad.yaml").write_text(FLAVOR + "---\nkind: ClusterQueue\n")
     code, _, err = _cli(["replay", str(tmp_path / "bad.csv"), "--config", str(tmp_path / "bad.yaml")])
     assert code == 2 and "bad.yaml" in err
+
+
+def test_cli_kueue_perf_reports_beside_kueue(monkeypatch, tmp_path):
+    """The CLI path of --kueue-perf on a tiny stand-in scenario (the real runs are benchmarks)."""
+    from jupyter_gpuqueue.engine import kueue_perf
+
+    base = kueue_perf.BASELINE
+    tiny = kueue_perf.Scenario(
+        name="baseline", cohorts=2, queues_per_cohort=2, nominal_quota=20, borrowing_limit=100,
+        reclaim_within_cohort="Any", within_cluster_queue="LowerPriority",
+        classes=(kueue_perf.WorkloadClass("small", 30, 100, 200, 50, 1),
+                 kueue_perf.WorkloadClass("medium", 10, 500, 500, 100, 5),
+                 kueue_perf.WorkloadClass("large", 5, 1200, 1000, 200, 20)),
+        published=base.published, source=base.source,
+    )
+    monkeypatch.setitem(kueue_perf.SCENARIOS, "baseline", tiny)
+    code, out, err = _cli(["replay", "--kueue-perf", "baseline", "-o", str(tmp_path / "k.json")])
+    assert code == 0, err
+    report = json.loads((tmp_path / "k.json").read_text())
+    assert report["workloads"] == 4 * 45 and report["clusterQueues"] == 4
+    ours = report["ours"]
+    assert ours["workloads"] == {"small": 120, "medium": 40, "large": 20} and ours["unadmitted"] == 0
+    assert 0 < ours["clusterQueueUsagePercent"] <= 100
+    assert set(ours["timeToAdmissionS"]) == {"small", "medium", "large"}
+    assert report["kueue"]["timeToAdmissionS"] == {"large": 16.5, "medium": 76.8, "small": 215.5}
+    assert report["simulation"]["completions"] == 180
+    assert "ClusterQueue usage" in out and "55.9%" in out and "time to admission small" in out

@@ -316,6 +316,8 @@ class Simulator:
             if step:
                 now = round(now + step, TIME_DECIMALS)
                 self.now = now
+                if self._instant_victims:  # the livelock guard counts within one point in time
+                    self._instant_victims.clear()
                 self._apply_due(now)
         if n > stats.max_cycles_in_instant:
             stats.max_cycles_in_instant = n
