@@ -37,7 +37,10 @@ metadata: {name: cq-one}
 spec:
   cohort: lab
   namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}
+  # Priority-based policies on both queues: with reclaimWithinCohort: Any on one side, two
+  # workloads can legitimately reclaim from each other forever (each re-admission makes the other
+  # queue borrow again), and a service that never settles cannot be compared.
+  preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: LowerPriority}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors:

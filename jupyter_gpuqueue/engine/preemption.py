@@ -378,14 +378,17 @@ class Preemptor:
             for _, n, u in removed:
                 add_usage(n, u)
             return []
-        kept = list(removed)
+        keep = [True] * len(removed)
         for i in range(len(removed) - 2, -1, -1):
             t, n, u = removed[i]
             add_usage(n, u)
             if workload_fits(req, node, allow_borrowing):
-                kept.remove(removed[i])
+                keep[i] = False  # not needed: it stays admitted
             else:
                 remove_usage(n, u)
-        for _, n, u in kept:
-            add_usage(n, u)
-        return [t for t, _, _ in kept]
+        targets = []
+        for (t, n, u), k in zip(removed, keep):
+            if k:
+                add_usage(n, u)
+                targets.append(t)
+        return targets
