@@ -677,7 +677,7 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
     parser = ArgumentParser(
         prog=prog,
         description="A fair, quota-aware GPU queue (Kubernetes Kueue semantics) for Jupyter. "
-        "Commands other than `simulate` talk to the running Jupyter server with jupyter_gpuqueue "
+        "Commands other than `simulate` and `replay` (both offline) talk to the running Jupyter server with jupyter_gpuqueue "
         "(found automatically, or set GPUQUEUE_URL and GPUQUEUE_TOKEN).",
         epilog="Run `%(prog)s COMMAND --help` for a command's options. Exit status: 0 on "
         "success, 2 on bad input or an error from the server (the message names the field), "
