@@ -32,19 +32,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import requests
 
-from .errors import Conflict, Forbidden, GpuQueueError, NotFound, PayloadTooLarge, ValidationError
+from .errors import Forbidden, GpuQueueError, NotFound, ValidationError, error_class_for_status
 
 API_PATH = "gpuqueue/api/"
 TERMINAL_STATES = ("Succeeded", "Failed", "Cancelled")
-
-_STATUS_CLASSES: dict[int, type[GpuQueueError]] = {
-    400: ValidationError,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-}
-
 
 class ServerNotFound(GpuQueueError):
     """No running Jupyter server with jupyter_gpuqueue could be found."""
@@ -75,7 +66,7 @@ def error_from_response(status: int, body: Any) -> GpuQueueError:
             f"{message}: the Jupyter server did not accept the request; check the token "
             "(GPUQUEUE_TOKEN or --token)"
         )
-    cls = _STATUS_CLASSES.get(status)
+    cls = error_class_for_status(status)
     if cls is None:
         if status == 401:
             cls = Forbidden

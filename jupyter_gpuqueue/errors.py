@@ -55,3 +55,11 @@ class Conflict(GpuQueueError):
 class PayloadTooLarge(GpuQueueError):
     status = 413
     reason = "PayloadTooLarge"
+
+
+def error_class_for_status(status: int) -> type[GpuQueueError] | None:
+    """The error class the REST API answers with ``status`` (None if no class of this module does)."""
+    for cls in (ValidationError, Forbidden, NotFound, Conflict, PayloadTooLarge):
+        if cls.status == status:
+            return cls
+    return None
