@@ -37,10 +37,9 @@ metadata: {name: cq-one}
 spec:
   cohort: lab
   namespaceSelector: {}
-  # Priority-based policies on both queues: with reclaimWithinCohort: Any on one side, two
-  # workloads can legitimately reclaim from each other forever (each re-admission makes the other
-  # queue borrow again), and a service that never settles cannot be compared.
-  preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: LowerPriority}
+  # reclaimWithinCohort: Any here and LowerPriority in cq-two can livelock under Kueue v0.14's
+  # ordering; the service (and the reference below) take a ready preemptor first, which settles.
+  preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors:
@@ -158,7 +157,7 @@ def test_service_and_engine_decide_alike(tmp_path_factory, evs):
                          db_url=f"sqlite:///{tmp / 'q.sqlite'}", root_dir=str(tmp), data_dir=str(tmp / "data"),
                          stop_grace_seconds=2.0)
     svc.restore()
-    ref = Scheduler(svc.config, svc.inventory, SchedulerOptions(requeue_batch_seconds=0.0))
+    ref = Scheduler(svc.config, svc.inventory, SchedulerOptions(requeue_batch_seconds=0.0, preemptor_first=True))
     names: list[str] = []
     try:
         for i, ev in enumerate(evs):
@@ -181,7 +180,9 @@ def test_service_and_engine_decide_alike(tmp_path_factory, evs):
                 svc.cancel(ns, name, user="u")
                 ref.remove_workload(key)
             settle(svc)
-            ref.run_until_stable(0.0)
+            # The wall clock, as the service's: Kueue orders preemption candidates by admission
+            # time, so the reference must see the same order of admissions.
+            ref.run_until_stable(time.time())
             assert snapshot_service(svc) == snapshot_engine(ref), f"after event {i}: {ev}"
     finally:
         for uid in list(svc.backend.running()):

@@ -19,6 +19,7 @@ Follows Kueue's queue manager (``pkg/cache/queue/cluster_queue.go``, ``manager.g
 
 from __future__ import annotations
 
+import heapq
 from typing import Iterator, Optional
 
 from sortedcontainers import SortedList
@@ -38,7 +39,8 @@ class ClusterQueueQueue:
     __slots__ = (
         "name",
         "strategy",
-        "active",
+        "_heap",
+        "_active",
         "all_pending",
         "by_local_queue",
         "parked",
@@ -52,7 +54,10 @@ class ClusterQueueQueue:
     def __init__(self, name: str, strategy: str = BEST_EFFORT_FIFO):
         self.name = name
         self.strategy = strategy
-        self.active = SortedList()  # (order_key, key): the heap of Kueue
+        # Kueue's heap: (order_key, key) items with lazy deletion; ``_active`` holds the keys that
+        # are really in it (an item of a key not there, or of an older order key, is stale).
+        self._heap: list[tuple[OrderKey, str]] = []
+        self._active: dict[str, OrderKey] = {}
         self.all_pending = SortedList()  # active + parked + in flight: for positions
         self.by_local_queue: dict[str, SortedList] = {}
         self.parked: dict[str, OrderKey] = {}
@@ -76,7 +81,7 @@ class ClusterQueueQueue:
         ok = order_key(wl)
         item = (ok, wl.key)
         self.keys[wl.key] = (ok, local_queue_key)
-        self.active.add(item)
+        self._activate(wl.key, ok)
         self.all_pending.add(item)
         lql = self.by_local_queue.get(local_queue_key)
         if lql is None:
@@ -92,7 +97,7 @@ class ClusterQueueQueue:
         if key in self.parked:
             del self.parked[key]
         else:
-            self.active.discard(item)
+            self._active.pop(key, None)
         self.all_pending.discard(item)
         lql = self.by_local_queue.get(lq)
         if lql is not None:
@@ -101,64 +106,82 @@ class ClusterQueueQueue:
         if self.sticky == key:
             self.sticky = None
 
+    # -- the heap ----------------------------------------------------------------------------------
+    @property
+    def active(self) -> int:
+        """How many workloads are in the heap (pending, neither parked nor popped)."""
+        return len(self._active)
+
+    def _activate(self, key: str, ok: OrderKey) -> None:
+        if key not in self._active:
+            self._active[key] = ok
+            heapq.heappush(self._heap, (ok, key))
+            if len(self._heap) > 2 * len(self._active) + 64:  # drop stale items now and then
+                self._heap = [(o, k) for k, o in self._active.items()]
+                heapq.heapify(self._heap)
+
+    def _first(self) -> Optional[tuple[OrderKey, str]]:
+        heap, active = self._heap, self._active
+        while heap:
+            ok, key = heap[0]
+            if active.get(key) == ok:
+                return ok, key
+            heapq.heappop(heap)  # stale
+        return None
+
     # -- scheduling --------------------------------------------------------------------------------
-    def _sticky_item(self):
-        if self.sticky is None:
+    def _sticky_key(self) -> Optional[str]:
+        if self.sticky is None or self.sticky not in self._active:
             return None
-        entry = self.keys.get(self.sticky)
-        if entry is None:
-            return None
-        item = (entry[0], self.sticky)
-        return item if item in self.active else None
+        return self.sticky
 
     def head(self) -> Optional[str]:
         """The key of the first active (not parked) workload, without removing it."""
-        item = self._sticky_item()
-        if item is not None:
-            return item[1]
-        if not self.active:
-            return None
-        return self.active[0][1]
+        key = self._sticky_key()
+        if key is not None:
+            return key
+        first = self._first()
+        return first[1] if first is not None else None
 
     def pop(self) -> Optional[str]:
         """Take the head out of the active heap for a cycle (it stays pending for positions)."""
-        item = self._sticky_item()
-        if item is not None:
-            self.active.remove(item)
-            key = item[1]
-            self.pop_cycle += 1
-            self.popped_at[key] = self.pop_cycle
-            return key
-        if not self.active:
-            return None
-        ok, key = self.active.pop(0)
+        active = self._active
+        key = self.sticky
+        if key is None or key not in active:
+            heap = self._heap
+            while True:
+                if not heap:
+                    return None
+                ok, key = heapq.heappop(heap)
+                if active.get(key) == ok:
+                    break  # else a stale item
+        del active[key]
         self.pop_cycle += 1
         self.popped_at[key] = self.pop_cycle
         return key
 
-    def requeue(self, key: str, *, immediate: bool) -> None:
-        """Put back a popped workload that was not admitted.
+    def requeue(self, key: str, *, immediate: bool) -> bool:
+        """Put back a popped workload that was not admitted; True if it was parked.
 
         ``immediate`` (Kueue: StrictFIFO always; BestEffortFIFO for FailedAfterNomination and the
         like) puts it back into the heap; otherwise BestEffortFIFO parks it unless an
         inadmissible-requeue happened since it was popped."""
         entry = self.keys.get(key)
         if entry is None:
-            return
-        item = (entry[0], key)
+            return False
         popped = self.popped_at.pop(key, 0)
         if self.strategy == STRICT_FIFO or immediate or self.requeue_cycle >= popped:
-            if item not in self.active:
-                self.active.add(item)
-        else:
-            self.parked[key] = entry[0]
+            self._activate(key, entry[0])
+            return False
+        self.parked[key] = entry[0]
+        return True
 
     def requeue_inadmissible(self) -> int:
         """Move every parked workload back into the heap; returns how many moved."""
         self.requeue_cycle = self.pop_cycle
         n = len(self.parked)
         for key, ok in self.parked.items():
-            self.active.add((ok, key))
+            self._activate(key, ok)
         self.parked.clear()
         return n
 

@@ -37,6 +37,7 @@ from typing import Iterable, Optional
 from .flavors import FIT, NO_CANDIDATES, NO_FIT, PREEMPT_MODE, RECLAIM, Assignment, assign_flavors
 from .model import (
     ANY,
+    LOWER_OR_NEWER_EQUAL_PRIORITY,
     NEVER,
     STRICT_FIFO,
     REASON_EXCEEDS_MAX_QUOTA,
@@ -74,6 +75,13 @@ class SchedulerOptions:
     # at most once per ``requeueBatchPeriod`` (1 s, pkg/cache/queue/manager.go) after quota is
     # freed. 0 requeues at once (``simulate``, where no time passes, and the live service).
     requeue_batch_seconds: float = 1.0
+    # Ours, off by default: in a cycle, a preemptor whose victims are gone and that now fits is
+    # taken before every other entry, so that no other workload takes the quota its preemptions
+    # freed. Without it (Kueue v0.14), a workload ordered before the preemptor (older, or not
+    # borrowing) can take that quota, and with ``reclaimWithinCohort: Any`` on one ClusterQueue the
+    # victim may then reclaim it back and be preempted again, forever (a livelock of the kind of
+    # Kueue issue #2821; docs/engine.md). The live service turns it on.
+    preemptor_first: bool = False
 
 
 @dataclass(slots=True)
@@ -100,6 +108,9 @@ class CycleResult:
     requeued: list[str] = field(default_factory=list)
     heads: int = 0
     changed: bool = False
+
+
+_MISCONFIGURED_NAMESPACE = (REASON_MISCONFIGURED, "Workload namespace doesn't match ClusterQueue selector")
 
 
 @dataclass(slots=True)
@@ -142,6 +153,13 @@ class Scheduler:
         self.admit_time: dict[str, Optional[float]] = {}
         self.evicting: dict[str, str] = {}  # victim key -> preemptor key
         self._requeue_due: dict[str, float] = {}  # cohort-tree root -> when its parked come back
+        # Nomination memo (see ``_nominate``): per cohort-tree root, the version of its admitted
+        # state and the nominations computed at that version, by workload shape.
+        self._version: dict[str, int] = {}
+        self._memo: dict[str, tuple[int, dict]] = {}
+        self._shapes: dict[str, int] = {}  # workload key -> shape id (``_shape``)
+        self._shape_ids: dict[tuple, int] = {}
+        self._unknown_admit_times = 0  # admitted workloads restored without an admission time
         self.preemptor = Preemptor(self)
         self.fair = FairSharing(self)
         self._configure(config)
@@ -150,6 +168,8 @@ class Scheduler:
     def _configure(self, config: ClusterConfig) -> None:
         self.config = config
         self.tree = QuotaTree(config)
+        self._root_of = {name: node.root().name for name, node in self.tree.cluster_queues.items()}
+        self._memo = {}
         self.queues: dict[str, ClusterQueueQueue] = {
             name: ClusterQueueQueue(name, cq.queueing_strategy) for name, cq in config.cluster_queues.items()
         }
@@ -162,6 +182,7 @@ class Scheduler:
                 self.inactive[name] = f"ClusterQueue {name} is inactive: its cohort tree has a cycle"
             elif cq.stop_policy in ("Hold", "HoldAndDrain"):
                 self.inactive[name] = f"ClusterQueue {name} is inactive: stopPolicy {cq.stop_policy}"
+        self._queue_order = [name for name in sorted(self.queues) if name not in self.inactive]
 
     def update_config(self, config: ClusterConfig) -> None:
         """Apply a new configuration live: quotas, queues and flavors are rebuilt, admitted usage is
@@ -226,6 +247,7 @@ class Scheduler:
         self.pending_reason.pop(key, None)
         self.orphans.pop(key, None)
         self._placement_parked.pop(key, None)
+        self._shapes.pop(key, None)
         if key in self.admitted:
             cq = self._remove_admitted(key)
             freed_devices = self.allocator.release(key) if self.allocator is not None else False
@@ -261,6 +283,8 @@ class Scheduler:
         self.admitted_cq[key] = cq
         self.usage_of[key] = usage
         self.admit_time[key] = now
+        if now is None:
+            self._unknown_admit_times += 1
         self.admitted_by_cq.setdefault(cq, {})[key] = None
         self._charge_node(cq, usage, +1)
 
@@ -268,7 +292,8 @@ class Scheduler:
         wl = self.admitted.pop(key)
         cq = self.admitted_cq.pop(key)
         usage = self.usage_of.pop(key)
-        self.admit_time.pop(key, None)
+        if key in self.admit_time and self.admit_time.pop(key) is None:
+            self._unknown_admit_times -= 1
         self.evicting.pop(key, None)
         self.admitted_by_cq.get(cq, {}).pop(key, None)
         self._charge_node(cq, usage, -1)
@@ -278,10 +303,33 @@ class Scheduler:
         node = self.tree.cluster_queues.get(cq)
         if node is None:
             return
+        self._changed(cq)
         if sign > 0:
             add_usage(node, usage)
         else:
             remove_usage(node, usage)
+
+    def _changed(self, cq_name: str) -> None:
+        """The admitted state of ``cq_name``'s cohort tree changed (usage, admitted set, victims):
+        nominations memoised for the tree are stale."""
+        root = self._root_of.get(cq_name, cq_name)
+        self._version[root] = self._version.get(root, 0) + 1
+
+    def _shape(self, key: str, wl: Workload) -> int:
+        """What a nomination reads of a workload besides its ClusterQueue and the cohort tree's
+        state, as a small integer: namespace, priority and, per PodSet, name, count, minCount, requests and
+        scheduling constraints (Kueue's scheduling-equivalence hash,
+        ``pkg/workload/workload.go: computeSchedulingHash``)."""
+        sid = self._shapes.get(key)
+        if sid is None:
+            shape = (wl.namespace, wl.priority) + tuple(
+                (ps.name, ps.count, ps.min_count, tuple(sorted(ps.requests.items())),
+                 tuple(sorted(ps.node_selector.items())), repr(ps.tolerations), repr(ps.required_affinity))
+                for ps in wl.pod_sets
+            )
+            sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
+            self._shapes[key] = sid
+        return sid
 
     def _requeue_after_release(self, cq_name: str, freed_devices: bool, now: Optional[float] = None) -> None:
         node = self.tree.cluster_queues.get(cq_name)
@@ -328,24 +376,62 @@ class Scheduler:
                     root = self.tree.cohorts.get(root_name) or self.tree.cluster_queues.get(root_name)
                     self._requeue_tree(root, root_name)
         entries: list[_Entry] = []
-        for name in sorted(self.queues):
-            if name in self.inactive:
+        heads = max(1, self.options.heads_per_cluster_queue)
+        queues, cluster_queues, workloads = self.queues, self.config.cluster_queues, self.workloads
+        pending_reason, requeued, nominate = self.pending_reason, result.requeued, self._nominate
+        shapes, memo, version, root_of = self._shapes, self._memo, self._version, self._root_of
+        for name in self._queue_order:
+            q = queues[name]
+            if not q._active:
                 continue
-            q = self.queues[name]
-            cq = self.config.cluster_queues[name]
-            for _ in range(max(1, self.options.heads_per_cluster_queue)):
+            cq = cluster_queues[name]
+            park_early = heads == 1 or cq.queueing_strategy != STRICT_FIFO
+            # The memo probe of ``_nominate``, inlined for the common key (a queue's heads are
+            # mostly workloads of a few shapes).
+            nominations = None
+            if not (self._unknown_admit_times
+                    or cq.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY):
+                root = root_of[name]
+                cached = memo.get(root)
+                if cached is not None and cached[0] == version.get(root, 0):
+                    nominations = cached[1]
+            for _ in range(heads):
                 key = q.pop()
                 if key is None:
                     break
-                entries.append(self._nominate(self.workloads[key], cq, now))
-        result.heads = len(entries)
+                result.heads += 1
+                wl = workloads[key]
+                hit = nominations.get((name, shapes.get(key))) if nominations is not None else None
+                assignment, targets, park = hit if hit is not None else nominate(key, wl, cq, now)
+                if park is not None and park_early:
+                    # Parked whatever the other entries of this cycle do (see ``_parks_whatever``):
+                    # no need to take it through the iteration (``_requeue``, not immediate).
+                    if pending_reason.get(key) != park:
+                        pending_reason[key] = park
+                        result.changed = True
+                    if q.requeue(key, immediate=False):
+                        result.changed = True
+                    requeued.append(key)
+                else:
+                    e = _Entry(wl, cq, assignment, targets=list(targets))
+                    if park is not None:
+                        e.reason, e.message = park
+                    entries.append(e)
         if not entries:
             return result
+
+        preemptor_first = self.options.preemptor_first
+
+        def ready_preemptor(e: _Entry) -> bool:
+            return (e.assignment is not None and e.assignment.mode == FIT
+                    and queues[e.cq.name].sticky == e.wl.key)
 
         def iteration_key(e: _Entry):
             if e.sort_key is None:
                 borrows = e.assignment.borrowing_level if e.assignment is not None else 0
                 e.sort_key = (borrows, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
+                if preemptor_first:
+                    e.sort_key = (not ready_preemptor(e),) + e.sort_key
             return e.sort_key
 
         # Entries of one ClusterQueue (several only with heads_per_cluster_queue > 1) are taken in
@@ -365,7 +451,10 @@ class Scheduler:
                     # Kueue's fairSharingIterator: a DRS tournament, again after every entry, since
                     # each admission changes the shares.
                     eligible = sorted((lst[0] for lst in by_cq.values()), key=iteration_key)
-                    self._process_next(self.fair.pick(eligible), by_cq, now, result)
+                    if preemptor_first and ready_preemptor(eligible[0]):
+                        self._process_next(eligible[0], by_cq, now, result)
+                    else:
+                        self._process_next(self.fair.pick(eligible), by_cq, now, result)
             else:
                 heap = [(iteration_key(lst[0]), name) for name, lst in by_cq.items()]
                 heapq.heapify(heap)
@@ -403,11 +492,50 @@ class Scheduler:
             return True
         return self.config.fair_sharing.enable and cq.preemption.reclaim_within_cohort != NEVER
 
-    def _nominate(self, wl: Workload, cq: ClusterQueue, now: float) -> _Entry:
+    def _nominate(self, key: str, wl: Workload, cq: ClusterQueue, now: float) -> tuple:
+        """Nominate a head: ``(assignment, targets, park)``. ``assignment``: the flavor assignment
+        (None: Misconfigured); ``targets``: preemption victims (a tuple of Target); ``park``:
+        ``(reason, message)`` when the head is parked whatever else happens in the cycle, else None.
+
+        A nomination reads only the cohort tree's admitted state (usage, admitted workloads, victims
+        being evicted), which ``_changed`` versions, and the workload's shape (``_shape``): while
+        the version holds, a workload of the same shape in the same ClusterQueue gets the same
+        nomination, so it is computed once. Kueue computes each; the decisions are the same.
+        """
+        root = self._root_of[cq.name]
+        version = self._version.get(root, 0)
+        cached = self._memo.get(root)
+        if cached is None or cached[0] != version:
+            cached = (version, {})
+            self._memo[root] = cached
+        mkey = (cq.name, self._shape(key, wl))
+        if cq.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY:
+            mkey += (wl.order_time,)  # newer workloads of equal priority are candidates
+        if self._unknown_admit_times:
+            mkey += (now,)  # candidates without an admission time are ordered as admitted now
+        hit = cached[1].get(mkey)
+        if hit is None:
+            hit = self._nominate_uncached(wl, cq, now)
+            cached[1][mkey] = hit
+        return hit
+
+    @staticmethod
+    def _parks_whatever(cq: ClusterQueue, a: Assignment, targets: list) -> Optional[tuple[str, str]]:
+        """(reason, message) when ``_process`` parks a head nominated ``a`` with ``targets``
+        whatever the entries before it in the cycle do: it does not fit even after preemption, in
+        a BestEffortFIFO queue, and changes and reserves nothing; None otherwise."""
+        if cq.queueing_strategy == STRICT_FIFO:
+            return None
+        if a.mode == NO_FIT:
+            return (REASON_EXCEEDS_MAX_QUOTA if a.exceeds_max else REASON_NO_FIT), a.message()
+        if a.mode != FIT and not targets and cq.preemption.reclaim_within_cohort == ANY:
+            return REASON_NO_FIT, a.message()
+        return None
+
+    def _nominate_uncached(self, wl: Workload, cq: ClusterQueue, now: float) -> tuple:
         selector = cq.namespace_selector
         if selector is None or not selector.matches(self.config.namespace_labels(wl.namespace)):
-            return _Entry(wl, cq, None, REASON_MISCONFIGURED,
-                          "Workload namespace doesn't match ClusterQueue selector")
+            return None, (), _MISCONFIGURED_NAMESPACE
         node = self.tree.cluster_queues[cq.name]
         memo: dict = {}
 
@@ -450,7 +578,7 @@ class Scheduler:
             partial = self._partial_admission(wl, attempt)
             if partial is not None:
                 assignment, targets = partial
-        return _Entry(wl, cq, assignment, targets=targets)
+        return assignment, tuple(targets), self._parks_whatever(cq, assignment, targets)
 
     @staticmethod
     def _partial_admission(wl: Workload, attempt):
@@ -550,6 +678,7 @@ class Scheduler:
             for t in e.targets:
                 if t.key not in self.evicting:
                     self.evicting[t.key] = wl.key
+                    self._changed(t.cluster_queue)  # candidates being evicted are ordered first
                     result.preempted.append(Preemption(t.key, wl.key, t.reason, t.cluster_queue, dict(a.usage)))
                     result.changed = True
             e.reason = REASON_PENDING
@@ -600,9 +729,7 @@ class Scheduler:
         if before != now_reason:
             result.changed = True
         self.pending_reason[key] = now_reason
-        parked_before = len(q.parked)
-        q.requeue(key, immediate=immediate)
-        if len(q.parked) != parked_before:
+        if q.requeue(key, immediate=immediate):
             result.changed = True
         result.requeued.append(key)
 

@@ -136,3 +136,37 @@ def test_preemption_in_a_flavor_is_preferred_over_no_fit_elsewhere_and_reclaim_o
     assert admitted(s) == {"mine", "borrower"}
     s.add_workload(wl("a", "hi", 1, prio=10))
     assert run(s) == ["borrower"]
+
+
+def _livelock_config():
+    """Kueue v0.14 livelock (the kind of kubernetes-sigs/kueue#2821): ``one`` reclaims with Any."""
+    one = preempting(make_cq("one", [("a", 2), ("b", 0)], cohort="lab"),
+                     within_cluster_queue="LowerPriority", reclaim_within_cohort="Any")
+    two = preempting(make_cq("two", [("a", 1), ("b", 2)], cohort="lab"),
+                     within_cluster_queue="LowerOrNewerEqualPriority", reclaim_within_cohort="LowerPriority")
+    return make_config(one, two, flavors=("a", "b"))
+
+
+def _livelock_arrivals(s):
+    # w4 (mid) preempts w0 (low) in its own queue while borrowing; w3 (mid, older, also
+    # borrowing) is ordered first and takes the freed quota; w0 then reclaims it from w3
+    # (reclaimWithinCohort: Any ignores priority), and w4 preempts w0 again.
+    for i, (cq, gpus, prio) in enumerate([("one", 1, 0), ("one", 1, 100), ("one", 2, 100),
+                                          ("two", 2, 100), ("one", 2, 100)]):
+        s.add_workload(wl(cq, f"w{i}", gpus, prio=prio, t=float(i)))
+        cycles = s.run_until_stable(0.0, max_cycles=60)
+    return cycles
+
+
+def test_kueue_order_can_livelock_and_preemptor_first_breaks_it():
+    from jupyter_gpuqueue.engine.scheduler import SchedulerOptions
+
+    kueue = Scheduler(_livelock_config(), options=SchedulerOptions(requeue_batch_seconds=0.0))
+    assert _livelock_arrivals(kueue) == 60  # never settles: Kueue's decisions, cycle after cycle
+    assert kueue.workloads["ns-one/w0"].evictions > 5
+
+    ours = Scheduler(_livelock_config(), options=SchedulerOptions(requeue_batch_seconds=0.0, preemptor_first=True))
+    assert _livelock_arrivals(ours) < 60
+    assert admitted(ours) == {"w1", "w2", "w4"}  # the preemptor got the quota its victim freed
+    assert ours.workloads["ns-one/w0"].evictions == 1
+    assert ours.reason("ns-two/w3")[0] == "NoFit"
