@@ -889,6 +889,18 @@ def summary_text(report: dict) -> str:
     return out.getvalue()
 
 
+def _nice_step(raw: float) -> float:
+    """The smallest of 1, 2, 2.5 or 5 times a power of ten that is at least ``raw`` (> 0)."""
+    if raw <= 0:
+        return 1.0
+    exp = math.floor(math.log10(raw))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        step = m * 10 ** exp
+        if step >= raw * (1 - 1e-12):
+            return step
+    return 10.0 ** (exp + 1)
+
+
 def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: int = 5) -> str:
     """An SVG of the timeline: GPU utilization over time (cluster-wide and the busiest
     ClusterQueues) above, mean and p95 queueing delay of the jobs submitted in each bin below."""
@@ -932,17 +944,22 @@ def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: i
             f'<polyline fill="none" stroke="{color}" stroke-width="1.3"{d} points="{" ".join(s)}"/>' for s in segs
         )
 
+    xstep = _nice_step(xmax / 5)
+
     def axes(y0, ymax, label, fmt):
+        # ``ymax`` is a multiple of 4 nice steps (``nice_max``): ticks at round values.
         parts = [f'<rect x="{ml}" y="{y0:.1f}" width="{pw}" height="{ph:.1f}" fill="none" stroke="#888"/>']
         for k in range(5):
             v = ymax * k / 4
             py = y0 + ph - ph * k / 4
             parts.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{py:.1f}" y2="{py:.1f}" stroke="#eee"/>')
             parts.append(f'<text x="{ml - 6}" y="{py + 4:.1f}" text-anchor="end" font-size="11">{fmt(v)}</text>')
-        for k in range(6):
-            x = xmax * k / 5
-            px = ml + pw * k / 5
-            parts.append(f'<text x="{px:.1f}" y="{y0 + ph + 14:.1f}" text-anchor="middle" font-size="11">{x:.0f}</text>')
+        k = 0
+        while xmax and k * xstep <= xmax * (1 + 1e-9):
+            x = k * xstep
+            px = ml + pw * x / xmax
+            parts.append(f'<text x="{px:.1f}" y="{y0 + ph + 14:.1f}" text-anchor="middle" font-size="11">{x:g}</text>')
+            k += 1
         parts.append(f'<text x="{ml}" y="{y0 - 8:.1f}" font-size="13" font-weight="bold">{esc(label)}</text>')
         return "".join(parts)
 
@@ -957,7 +974,7 @@ def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: i
         if vals and any(v is not None for v in vals):
             series.append((cq, vals, colors[i % len(colors)]))
     umax = max([v for _, vals, _ in series for v in vals if v is not None] + [1.0])
-    umax = math.ceil(umax * 4) / 4
+    umax = 4 * _nice_step(umax / 4)
     svg.append(axes(y1, umax, "GPU utilization (GPUs in use / nominal quota)", lambda v: f"{100 * v:.0f}%"))
     for k, (name, vals, color) in enumerate(series):
         svg.append(poly(vals, y1, umax, color))
@@ -970,9 +987,9 @@ def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: i
     dp95 = tl["p95QueueingDelayS"]
     dmax_s = max([v for v in dmean + dp95 if v is not None] + [1.0])
     dunit, ddiv = ("h", 3600.0) if dmax_s >= 7200 else ("min", 60.0) if dmax_s >= 120 else ("s", 1.0)
-    dmax = dmax_s / ddiv
+    dmax = 4 * _nice_step(dmax_s / ddiv / 4)
     svg.append(axes(y2, dmax, f"queueing delay of jobs submitted in each bin ({dunit})",
-                    lambda v: f"{v:.3g}"))
+                    lambda v: f"{v:g}"))
     svg.append(poly([None if v is None else v / ddiv for v in dp95], y2, dmax, "#d62728", "4,3"))
     svg.append(poly([None if v is None else v / ddiv for v in dmean], y2, dmax, "#1f77b4"))
     for k, (name, color) in enumerate((("mean", "#1f77b4"), ("p95", "#d62728"))):
