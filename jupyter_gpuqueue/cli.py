@@ -11,6 +11,8 @@ Console script ``jupyter-gpuqueue`` (so ``jupyter gpuqueue ...`` works). Subcomm
     cancel NAME               cancel one of your workloads
     logs NAME                 a job's output (--follow to stream it)
     queues | inventory | prices | info
+    export-kueue [--config FILE]  the queue configuration as Kueue YAML (admins; offline from files)
+    import-kueue FILE         replace the queue configuration with Kueue YAML (admins)
 
 Exit status: 0 on success; 2 on bad input or an error answer from the server (the message, naming
 the field, goes to stderr); 1 when ``submit --wait`` ends in Failed or Cancelled; 130 on Ctrl-C.
@@ -579,6 +581,54 @@ def cmd_info(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
     return 0
 
 
+def cmd_export_kueue(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
+    """The configuration as Kueue YAML: the running server's, or (``--config``) these files'."""
+    from . import admin
+
+    if args.config:
+        from .engine.errors import ManifestError
+        from .engine.manifests import load_texts
+
+        texts = [_read_source(p, stdin) for p in args.config]
+        try:
+            m = load_texts(texts)
+        except ManifestError as e:
+            print(f"{PROG} export-kueue: {e}", file=err)
+            return 2
+        text = admin.config_to_yaml(m.config, "Kueue configuration from " + ", ".join(args.config))
+    else:
+        text = (client or _client(args)).export_kueue()
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.output}: {e.strerror or e}", field="output") from None
+    else:
+        out.write(text)
+    return 0
+
+
+def cmd_import_kueue(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
+    """Validate Kueue YAML here (Kueue's rules), then replace the server's configuration with it."""
+    from . import admin
+
+    source, text = _read_source(args.file, stdin)
+    m = admin.load_import(text, source)  # ValidationError (exit 2) names the file, document and field
+    answer = (client or _client(args)).import_kueue(text, dry_run=args.dry_run)
+    if args.json:
+        out.write(json.dumps(answer) + "\n")
+        return 0
+    counts = ", ".join(f"{v} {k}" for k, v in admin.config_summary(m.config).items() if v)
+    verb = "valid, not applied (--dry-run)" if answer.get("dryRun") else "imported; the next scheduling cycle uses it"
+    print(f"{source}: {counts}: {verb}", file=out)
+    for line in answer.get("ignored") or []:
+        print(f"ignored: {line}", file=out)
+    for line in answer.get("warnings") or []:
+        print(f"warning: {line}", file=out)
+    return 0
+
+
 def cmd_replay(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     """``replay``: a job trace against a queue configuration, or Kueue's performance workloads,
     in simulated time (see :mod:`jupyter_gpuqueue.replay`). JSON on stdout (or ``--output``),
@@ -666,6 +716,8 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "prices": cmd_prices,
     "info": cmd_info,
     "replay": cmd_replay,
+    "export-kueue": cmd_export_kueue,
+    "import-kueue": cmd_import_kueue,
 }
 
 
@@ -677,7 +729,7 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
     parser = ArgumentParser(
         prog=prog,
         description="A fair, quota-aware GPU queue (Kubernetes Kueue semantics) for Jupyter. "
-        "Commands other than `simulate` and `replay` (both offline) talk to the running Jupyter server with jupyter_gpuqueue "
+        "Commands other than `simulate`, `replay` and `export-kueue --config` (offline) talk to the running Jupyter server with jupyter_gpuqueue "
         "(found automatically, or set GPUQUEUE_URL and GPUQUEUE_TOKEN).",
         epilog="Run `%(prog)s COMMAND --help` for a command's options. Exit status: 0 on "
         "success, 2 on bad input or an error from the server (the message names the field), "
@@ -807,6 +859,29 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
         help="GPUs and MIG slices: free, total, and which job holds each",
     )
     sub.add_parser("prices", parents=[server, as_json], help="USD per GPU-hour per flavor")
+    p = sub.add_parser(
+        "export-kueue",
+        parents=[server],
+        help="print the queue configuration as Kueue YAML (admins; or offline from files)",
+        description="Print the whole configuration (ResourceFlavors, Cohorts, ClusterQueues, "
+        "LocalQueues, priority classes, Namespaces) as Kueue v1beta1 YAML that `kubectl apply` "
+        "accepts: the running server's (needs the admin scope), or with --config the one these "
+        "files define (offline, no server).",
+    )
+    p.add_argument("--config", action="append", metavar="FILE",
+                   help="read the configuration from these Kueue YAML files instead of the server (repeatable)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the YAML here instead of stdout")
+    p = sub.add_parser(
+        "import-kueue",
+        parents=[server, as_json],
+        help="replace the server's queue configuration with Kueue YAML (admins)",
+        description="Validate the file as Kueue would (an error names the document, field and "
+        "reason, and changes nothing), then replace the running server's whole configuration "
+        "with it; the next scheduling cycle uses it and the change is in the audit log. Refused "
+        "when it drops a queue that active workloads use.",
+    )
+    p.add_argument("file", metavar="FILE", help="Kueue YAML; '-' reads stdin")
+    p.add_argument("--dry-run", action="store_true", help="validate on the server too, change nothing")
     sub.add_parser(
         "info",
         parents=[server, as_json],

@@ -397,6 +397,47 @@ class GpuQueueClient:
         """The server's OpenAPI 3 document."""
         return self._request("GET", "openapi.json")
 
+    # -- admin (JupyterHub scope custom:gpuqueue:admin; Forbidden otherwise) ------------------------
+
+    def admin_config(self) -> dict:
+        """``AdminConfig``: ClusterQueues with every quota, cohorts, priority classes, prices."""
+        return self._request("GET", "admin/config")
+
+    def export_kueue(self) -> str:
+        """The whole configuration as Kueue YAML (``kubectl apply`` takes it; it imports back
+        identically)."""
+        url = self.api_url + "admin/config"
+        try:
+            resp = self._session.get(url, params={"format": "yaml"}, headers={"Accept": "application/yaml"},
+                                     timeout=self.timeout)
+        except requests.RequestException as e:
+            raise ServerUnavailable(f"cannot reach the Jupyter server at {self.url}: {_why(e)}") from None
+        if resp.status_code >= 400:
+            raise error_from_response(resp.status_code, _json_or_none(resp.content))
+        return resp.content.decode("utf-8")
+
+    def import_kueue(self, text: str, *, dry_run: bool = False) -> dict:
+        """Replace the configuration with Kueue YAML ``text`` (``dry_run``: validate only);
+        returns ``ImportResult``. ValidationError names the Kueue field path."""
+        return self._request("POST", "admin/import", params={"dryRun": "true"} if dry_run else None,
+                             data=text.encode("utf-8"), headers={"Content-Type": "application/yaml"})
+
+    def patch_cluster_queue(self, name: str, patch: dict) -> dict:
+        """Change a ClusterQueue's ``cohort`` and ``resources`` quotas (``ClusterQueuePatch``)."""
+        return self._request("PATCH", "admin/cluster-queues/" + quote(name, safe=""), json_body=patch)
+
+    def patch_priority_class(self, name: str, patch: dict) -> dict:
+        """Change a priority class's ``value`` / ``description``."""
+        return self._request("PATCH", "admin/priority-classes/" + quote(name, safe=""), json_body=patch)
+
+    def set_prices(self, prices: dict) -> dict:
+        """Replace the price list: ``{"flavors": {flavor: USD per GPU-hour}, "default": USD}``."""
+        return self._request("PUT", "admin/prices", json_body=prices)
+
+    def audit_log(self, limit: int = 100, offset: int = 0) -> dict:
+        """``{"items": [AuditEntry], "total"}``, newest first."""
+        return self._request("GET", "admin/audit", params={"limit": int(limit), "offset": int(offset)})
+
     def events(self, timeout: Optional[float] = 75.0) -> EventStream:
         """The event stream: an iterator of Event dicts (``hello`` first); see :class:`EventStream`."""
         parts = urlsplit(self.api_url + "events")

@@ -6,6 +6,7 @@ such as ``gpus``) where there is one, so that users see *what* is wrong and *why
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 
@@ -57,9 +58,33 @@ class PayloadTooLarge(GpuQueueError):
     reason = "PayloadTooLarge"
 
 
+class TooManyRequests(GpuQueueError):
+    """429: a per-user limit was hit (``submit_rate_limit``, ``max_pending_per_user``). The
+    message names the limit and its configured value; ``retry_after`` is the number of seconds
+    (float, > 0) after which the same request may succeed; :attr:`retry_after_seconds` is that
+    rounded up to whole seconds (at least 1), sent as the ``Retry-After`` header and as
+    ``retryAfter`` in the JSON body."""
+
+    status = 429
+    reason = "TooManyRequests"
+
+    def __init__(self, message: str, field: Optional[str] = None, retry_after: Optional[float] = None):
+        super().__init__(message, field)
+        self.retry_after = retry_after
+
+    @property
+    def retry_after_seconds(self) -> int:
+        return max(1, math.ceil(self.retry_after or 1))
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        out["retryAfter"] = self.retry_after_seconds
+        return out
+
+
 def error_class_for_status(status: int) -> type[GpuQueueError] | None:
     """The error class the REST API answers with ``status`` (None if no class of this module does)."""
-    for cls in (ValidationError, Forbidden, NotFound, Conflict, PayloadTooLarge):
+    for cls in (ValidationError, Forbidden, NotFound, Conflict, PayloadTooLarge, TooManyRequests):
         if cls.status == status:
             return cls
     return None

@@ -29,10 +29,12 @@ import shutil
 import sys
 import time
 import uuid as uuidlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .backends.base import Backend, LaunchSpec, RunInfo
+from .backends.lease import LEASE_KIND
 from .engine import serialize
 from .engine.errors import ManifestError
 from .engine.flavors import flavor_eligible
@@ -54,8 +56,9 @@ from .engine.model import (
 from .engine.quantity import format_quantity
 from .engine.preemption import HUMAN_REASONS
 from .engine.scheduler import Scheduler, SchedulerOptions
-from .errors import Forbidden, GpuQueueError, NotFound, ValidationError
+from .errors import Forbidden, GpuQueueError, NotFound, TooManyRequests, ValidationError
 from .ledger import Ledger, Prices
+from .service_costs import CostsMixin
 
 log = logging.getLogger("jupyter_gpuqueue")
 
@@ -84,8 +87,9 @@ def _slug(text: str) -> str:
     return s or "job"
 
 
-class QueueService:
-    """See the module docstring. Build it with ``create_service``."""
+class QueueService(CostsMixin):
+    """See the module docstring. Build it with ``create_service``. Budgets, spot notices, utilization
+    samples and reports: ``service_costs.CostsMixin``."""
 
     def __init__(
         self,
@@ -102,6 +106,8 @@ class QueueService:
         user_local_queues: Optional[dict[str, list[str]]] = None,
         cycle_interval: float = 0.5,
         stop_grace_seconds: float = 10.0,
+        lease_preemption_grace_seconds: float = 300.0,
+        lease_priority_class: Optional[str] = None,
         python_executable: str = sys.executable,
         options: Optional[SchedulerOptions] = None,
         clock: Callable[[], float] = time.time,
@@ -111,6 +117,9 @@ class QueueService:
         self.inventory = inventory
         self.ledger = ledger
         self.backend = backend
+        # Kueue delegation (backends/kueue.py): an installed Kueue admits; the engine only mirrors.
+        self.delegated = bool(getattr(backend, "delegates_admission", False))
+        self.kueue_positions: dict[str, tuple] = {}  # uid -> (positionInClusterQueue, positionInLocalQueue)
         self.prices = prices
         self.root_dir = os.path.abspath(root_dir)
         self.data_dir = os.path.abspath(data_dir)
@@ -120,12 +129,19 @@ class QueueService:
         self.user_local_queues = user_local_queues
         self.cycle_interval = cycle_interval
         self.stop_grace_seconds = stop_grace_seconds
+        # Notebook GPU leases (backends/lease.py): warned this many seconds before a preemption
+        # releases them; submitted at this priority class when they name none.
+        self.lease_preemption_grace_seconds = max(0.0, float(lease_preemption_grace_seconds))
+        self.lease_priority_class = lease_priority_class
         self.python_executable = python_executable
         self.clock = clock
         self.log = logger or log
-        # The live service requeues parked workloads as soon as quota frees (no 1 s batching):
-        # a researcher's job should start the moment it can.
-        self.scheduler = Scheduler(config, inventory, options or SchedulerOptions(requeue_batch_seconds=0.0))
+        # The live service requeues parked workloads as soon as quota frees (no 1 s batching): a
+        # researcher's job should start the moment it can. And a preemptor gets the quota its
+        # victims freed before anyone else, so that real jobs are never preempted in a loop
+        # (SchedulerOptions.preemptor_first, docs/engine.md).
+        self.scheduler = Scheduler(config, inventory, options or SchedulerOptions(
+            requeue_batch_seconds=0.0, preemptor_first=True))
         self.records: dict[str, dict] = {}  # uid -> ledger row (active and recently finished)
         self.by_key: dict[str, str] = {}  # "namespace/name" -> uid
         self.engine_workloads: dict[str, Workload] = {}  # uid -> engine Workload (active only)
@@ -135,6 +151,14 @@ class QueueService:
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[asyncio.Task] = None
         self._started = False
+        # Performance (BENCHMARKS.md, "The live service"): submissions through the REST API are
+        # committed in groups (ledger/group_commit.py, set up by start()); names of submissions
+        # whose commit is under way are reserved here. Events of a kind that only say "refetch"
+        # (queues, inventory) are sent once per event-loop turn (_emit_coalesced).
+        self._committer = None
+        self._inflight: set[str] = set()  # "namespace/name" of submissions being committed
+        self._coalesced: dict[str, None] = {}
+        self._batch_events: Optional[list[dict]] = None  # events held until a _batch commits
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -144,7 +168,13 @@ class QueueService:
         if self._started:
             return
         self.restore()
+        from .ledger.group_commit import GroupCommitter
+
+        self._committer = GroupCommitter(self.ledger)
+        self._committer.start()
         self._wake = asyncio.Event()
+        if hasattr(self.backend, "set_wakeup"):
+            self.backend.set_wakeup(self.wake)  # local backend: reap a job the moment it ends
         self._task = asyncio.create_task(self._loop(), name="gpuqueue-loop")
         self._started = True
 
@@ -158,6 +188,13 @@ class QueueService:
                 pass
             self._task = None
         self._started = False
+        if self._committer is not None:
+            self._committer.close()  # commits what is queued (those rows are restored at the next start)
+            self._committer = None
+        if hasattr(self.backend, "set_wakeup"):
+            self.backend.set_wakeup(None)
+        if hasattr(self.backend, "close"):
+            self.backend.close()  # cluster backends: end their watch threads
         self.ledger.close()
 
     def restore(self) -> None:
@@ -171,16 +208,24 @@ class QueueService:
             wl = self._engine_workload(row)
             if row["state"] == PENDING:
                 self._track(row, wl)
-                self.scheduler.add_workload(wl)
+                if row.get("reason") == "BudgetExceeded":  # held by a hard budget (service_costs.py)
+                    self.budget_holds[uid] = row["created_at"]
+                else:
+                    self.scheduler.add_workload(wl)
                 continue
             wl.admission = serialize.admission_from_dict(row.get("admission"))
             run = row.get("run")
-            if row["state"] == RUNNING and run:
+            if row["state"] in (RUNNING, ADMITTED) and run:
                 info = RunInfo.from_json(run)
                 if self.backend.adopt(uid, info):
                     self._track(row, wl)
                     self.scheduler.add_workload(wl)
                     self.log.info("gpuqueue: adopted running job %s (pid %s)", row["name"], info.pid)
+                    if _is_lease(row) and run.get("evictionDeadline"):
+                        # A lease warned before the restart keeps its deadline (evictions are final).
+                        self.stopping[uid] = "Preempted:" + str(run.get("evictionReason") or "Preempted")
+                        self.backend.stop(uid, row.get("message") or "preempted",
+                                          max(0.0, float(run["evictionDeadline"]) - self.clock()))
                 else:
                     st = self.backend.finished_status(uid, info)
                     self._track(row, wl)
@@ -213,52 +258,82 @@ class QueueService:
     def tick(self) -> None:
         """One pass of the loop: reap finished jobs, enforce run-time limits, schedule."""
         now = self.clock()
-        for st in self.backend.poll():
-            if st.uid in self.records:
-                self._finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
+        statuses = self.backend.poll()
+        if statuses:
+            # Every job that ended since the last tick in one transaction: one fsync, not one each.
+            with self._batch():
+                for st in statuses:
+                    if st.uid in self.records and st.state not in (SUCCEEDED, FAILED):
+                        self._observe(st, now)  # cluster backends: Running / Waiting / Kueue's admissions
+                    elif st.uid in self.records:
+                        self._finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
         self._enforce_max_runtime(now)
+        self._costs_tick(now)  # budget holds, spot notices, utilization samples (service_costs.py)
         if self._dirty:
             self._dirty = False
             self._schedule(now)
 
     def _schedule(self, now: float) -> None:
-        before = {uid: self._pending_signature(uid) for uid, r in self.records.items() if r["state"] == PENDING}
-        admitted_any = False
+        if self.delegated:
+            return self._schedule_delegated(now)
+        # O(what changed) per tick, not O(pending) (BENCHMARKS.md, "The live service"): a cycle
+        # gives new reasons only to the heads it considered (CycleResult.requeued), so only those
+        # are compared; the positions of the others shift, which one coalesced "queues" event
+        # says (clients read positions on demand: GET workloads/…, GET queues).
+        considered: dict[str, None] = {}
+        admitted: list[Workload] = []
+        changed = False
         for _ in range(10_000):
             result = self.scheduler.schedule(now)
             if result.heads == 0 or not result.changed:
                 break
+            changed = True
+            if result.preempted and admitted:
+                self._apply_admissions(admitted, now)  # victims may be among them: apply them first
+                admitted = []
             for p in result.preempted:
                 self._preempt(p, now)
-            for wl in result.admitted:
-                admitted_any = True
-                self._admit(self.by_key[wl.key], wl, now)
-        changed_pending = False
-        for uid, sig in before.items():
-            rec = self.records.get(uid)
+            admitted.extend(result.admitted)
+            considered.update(dict.fromkeys(result.requeued))
+        self._apply_admissions(admitted, now)
+        updates = []
+        for key in considered:
+            uid = self.by_key.get(key)
+            rec = self.records.get(uid) if uid is not None else None
             if rec is None or rec["state"] != PENDING:
                 continue
-            new = self._pending_signature(uid)
-            if new != sig:
-                changed_pending = True
-                reason, message = self.scheduler.reason(rec["namespace"] + "/" + rec["name"]) or ("Pending", "")
-                if (rec.get("reason"), rec.get("message")) != (reason, message):
-                    rec["reason"], rec["message"] = reason, message
-                    self.ledger.update_workload(uid, reason=reason, message=message)
-                self._emit_workload(uid)
-        if admitted_any or changed_pending:
-            self._emit({"type": "queues"})
-            self._emit({"type": "inventory"})
+            reason, message = self.scheduler.reason(key) or ("Pending", "")
+            if (rec.get("reason"), rec.get("message")) != (reason, message):
+                rec["reason"], rec["message"] = reason, message
+                updates.append(uid)
+        if updates:
+            with self._batch():  # the new reasons in one transaction
+                for uid in updates:
+                    rec = self.records[uid]
+                    self.ledger.update_workload(uid, reason=rec["reason"], message=rec["message"])
+                    self._emit_workload(uid)
+        if changed:
+            self._emit_coalesced("queues")
+            self._emit_coalesced("inventory")
 
-    def _pending_signature(self, uid: str):
-        rec = self.records[uid]
-        key = f"{rec['namespace']}/{rec['name']}"
-        return (self.scheduler.position(key), self.scheduler.reason(key))
+    def _apply_admissions(self, admitted: list[Workload], now: float) -> None:
+        """Apply the admissions of this tick's cycles: all recorded in one transaction (a decision
+        is persisted before it is applied), then all started, their runs recorded in one more."""
+        if not admitted:
+            return
+        uids = [self.by_key[wl.key] for wl in admitted]
+        with self._batch():
+            for uid, wl in zip(uids, admitted):
+                self._admit(uid, wl, now, launch=False)
+        with self._batch():
+            for uid in uids:
+                if uid in self.records:
+                    self._launch(uid)
 
     # ------------------------------------------------------------------------------------------
     # decisions applied
 
-    def _admit(self, uid: str, wl: Workload, now: float) -> None:
+    def _admit(self, uid: str, wl: Workload, now: float, launch: bool = True) -> None:
         rec = self.records[uid]
         admission = serialize.admission_to_dict(wl.admission)
         with self.ledger.transaction():
@@ -277,7 +352,8 @@ class QueueService:
                     )
         rec.update(state=ADMITTED, admission=admission, admitted_at=now, cluster_queue=wl.admission.cluster_queue,
                    reason=None, message=None)
-        self._launch(uid)
+        if launch:
+            self._launch(uid)
 
     def _launch(self, uid: str) -> None:
         rec = self.records[uid]
@@ -297,11 +373,12 @@ class QueueService:
                 "GPUQUEUE_CLUSTER_QUEUE": wl.admission.cluster_queue,
                 "GPUQUEUE_FLAVOR": ",".join(sorted({f for p in wl.admission.pod_set_assignments for f in p.flavors.values()})),
                 "GPUQUEUE_MAX_RUNTIME_SECONDS": str(spec.get("maxRuntimeSeconds") or ""),
+                **self._spot_env(rec),  # GPUQUEUE_SPOT, GPUQUEUE_PREEMPTION_* (service_costs.py)
             }
         )
         log_path = os.path.join(self.log_dir, rec["namespace"], f"{rec['name']}-{uid[:8]}.log")
         launch = LaunchSpec(uid=uid, key=f"{rec['namespace']}/{rec['name']}", argv=list(spec["command"]),
-                            cwd=spec["workingDir"], env=env, log_path=log_path)
+                            cwd=spec["workingDir"], env=env, log_path=log_path, workload=self._cluster_context(rec))
         now = self.clock()
         try:
             info = self.backend.start(launch)
@@ -311,8 +388,11 @@ class QueueService:
         except OSError as exc:
             self._finish(uid, FAILED, None, now, f"could not start: {exc}")
             return
-        self.ledger.update_workload(uid, state=RUNNING, run=info.to_json(), started_at=info.started_at)
-        rec.update(state=RUNNING, run=info.to_json(), started_at=info.started_at)
+        # A cluster backend reports Running itself once a Pod runs (see _observe).
+        started_at = None if getattr(self.backend, "reports_running", False) and not _is_lease(rec) else info.started_at
+        state = RUNNING if started_at is not None else ADMITTED
+        self.ledger.update_workload(uid, state=state, run=info.to_json(), started_at=started_at)
+        rec.update(state=state, run=info.to_json(), started_at=started_at)
         self._emit_workload(uid)
 
     def _preempt(self, p, now: float) -> None:
@@ -327,9 +407,23 @@ class QueueService:
                    f"{HUMAN_REASONS.get(p.reason, p.reason)}")
         rec["message"] = message
         self.ledger.update_workload(uid, message=message)
-        if rec["state"] == RUNNING and uid in self.backend.running():
+        if rec["state"] == RUNNING and uid in self.backend.running() and _is_lease(rec):
+            # A notebook lease is warned, not cut: it keeps its quota and devices until its
+            # evictionDeadline (persisted in its run, so a restart keeps the same deadline).
+            run = dict(rec.get("run") or {})
+            deadline = run.get("evictionDeadline") or now + self.lease_preemption_grace_seconds
+            run["evictionDeadline"] = deadline
+            run.setdefault("evictionReason", p.reason)
+            self.ledger.update_workload(uid, run=run)
+            rec["run"] = run
             self.stopping[uid] = "Preempted:" + p.reason
-            self.backend.stop(uid, message, self.stop_grace_seconds)
+            self.backend.stop(uid, message, max(0.0, deadline - self.clock()))  # released at the deadline
+        elif rec["state"] == RUNNING and self._spot_notice(uid, p.reason, message, now):
+            pass  # a spot job is told first (notice file + SIGUSR1); SIGTERM follows (service_costs.py)
+        elif rec["state"] in (ADMITTED, RUNNING) and uid in self.backend.running():
+            self.stopping[uid] = "Preempted:" + p.reason
+            # Kubernetes suspends the Job (as Kueue does); the local backend stops the process.
+            getattr(self.backend, "suspend", self.backend.stop)(uid, message, self.stop_grace_seconds)
         else:
             self._requeue_evicted(uid, now, p.reason, message)
         self._emit_workload(uid)
@@ -353,6 +447,69 @@ class QueueService:
         self._emit({"type": "queues"})
         self._emit({"type": "inventory"})
 
+    # -- cluster backends (backends/kubernetes.py, backends/kueue.py) ------------------------------
+
+    def _cluster_context(self, rec: dict) -> dict:
+        """What a cluster backend needs to build the workload's Job (LaunchSpec.workload)."""
+        return {"namespace": rec["namespace"], "name": rec["name"], "localQueue": rec["local_queue"],
+                "clusterQueue": rec.get("cluster_queue"), "priorityClass": rec.get("priority_class"),
+                "spec": rec["spec"], "admission": rec.get("admission"), "owner": rec.get("owner")}
+
+    def _schedule_delegated(self, now: float) -> None:
+        """Kueue admits: every pending workload gets its (suspended, queue-labelled) Job now."""
+        for uid, rec in list(self.records.items()):
+            if rec["state"] != PENDING or uid in self.backend.running():
+                continue
+            launch = LaunchSpec(uid=uid, key=f"{rec['namespace']}/{rec['name']}", argv=list(rec["spec"]["command"]),
+                                cwd=rec["spec"]["workingDir"], workload=self._cluster_context(rec))
+            try:
+                info = self.backend.start(launch)
+            except GpuQueueError as exc:
+                self._finish(uid, FAILED, None, now, f"could not create the Job: {exc.message}")
+                continue
+            self.ledger.update_workload(uid, run=info.to_json())
+            rec["run"] = info.to_json()
+
+    def _observe(self, st, now: float) -> None:
+        """A non-final report of a cluster backend: ``Running`` (a Pod runs), ``Waiting`` (a Pod
+        cannot start: message), and from Kueue ``Admitted`` (details: admission, billed from
+        Kueue's admission time), ``Evicted`` (requeued), ``Pending`` (reason, message, positions)."""
+        uid, rec = st.uid, self.records[st.uid]
+        d = st.details or {}
+        at = st.finished_at or now
+        if st.state == "Admitted" and rec["state"] == PENDING:
+            wl = self.engine_workloads[uid]
+            key = wl.key
+            self.scheduler.remove_workload(key)
+            wl.admission = serialize.admission_from_dict(d["admission"])
+            self.scheduler.add_workload(wl)  # the engine mirrors Kueue's usage
+            self.kueue_positions.pop(uid, None)
+            self._admit(uid, wl, at, launch=False)
+        elif st.state == "Running" and rec["state"] == ADMITTED:
+            self.ledger.update_workload(uid, state=RUNNING, started_at=at, message=None)
+            rec.update(state=RUNNING, started_at=at, message=None)
+        elif st.state == "Evicted" and rec["state"] in (ADMITTED, RUNNING):
+            self._requeue_evicted(uid, at, d.get("reason") or "Evicted", st.message)
+            return
+        elif st.state == "Pending" and rec["state"] == PENDING:
+            pos = (d.get("positionInClusterQueue"), d.get("positionInLocalQueue"))
+            changed = self.kueue_positions.get(uid) != pos
+            self.kueue_positions[uid] = pos
+            reason, message = d.get("reason") or "Pending", st.message or None
+            if (rec.get("reason"), rec.get("message")) != (reason, message):
+                changed = True
+                rec.update(reason=reason, message=message)
+                self.ledger.update_workload(uid, reason=reason, message=message)
+            if not changed:
+                return
+        elif st.state == "Waiting" and st.message and rec.get("message") != st.message:
+            rec["message"] = st.message
+            self.ledger.update_workload(uid, message=st.message)
+        else:
+            return
+        self._emit_workload(uid)
+        self._emit({"type": "queues"})
+
     def _finish(self, uid: str, state: str, exit_code: Optional[int], when: float, message: str,
                 *, in_scheduler: bool = True) -> None:
         rec = self.records.get(uid)
@@ -360,10 +517,14 @@ class QueueService:
             return
         stop_reason = self.stopping.pop(uid, None)
         if stop_reason and stop_reason.startswith("Preempted:") and rec["state"] != CANCELLED:
-            self._requeue_evicted(uid, when, stop_reason.split(":", 1)[1], rec.get("message") or message)
-            return
+            if not _is_lease(rec):
+                self._requeue_evicted(uid, when, stop_reason.split(":", 1)[1], rec.get("message") or message)
+                return
         reason = None
-        if rec["state"] == CANCELLED:
+        if stop_reason and stop_reason.startswith("Preempted:") and rec["state"] != CANCELLED:
+            # A preempted notebook lease ends (its server is stopped by the spawner), not requeued.
+            state, reason, message = FAILED, "Preempted", rec.get("message") or message
+        elif rec["state"] == CANCELLED:
             # Cancelled by the user earlier: the row is final; only release what the process held.
             state = CANCELLED
         elif stop_reason == "MaximumExecutionTimeExceeded":
@@ -388,14 +549,16 @@ class QueueService:
         self.by_key.pop(key, None)
 
     def _enforce_max_runtime(self, now: float) -> None:
-        for uid, rec in self.records.items():
-            if rec["state"] != RUNNING or uid in self.stopping:
+        for uid in self.backend.running():  # O(running) per tick, not O(every active workload)
+            rec = self.records.get(uid)
+            if rec is None or rec["state"] != RUNNING or uid in self.stopping:
                 continue
             limit = rec["spec"].get("maxRuntimeSeconds")
             started = rec.get("started_at")
             if limit and started and now - started > limit:
                 self.stopping[uid] = "MaximumExecutionTimeExceeded"
-                self.backend.stop(uid, "exceeded maximum run time", self.stop_grace_seconds)
+                grace = 0.0 if _is_lease(rec) else self.stop_grace_seconds  # a lease ends on time
+                self.backend.stop(uid, "exceeded maximum run time", grace)
 
     # ------------------------------------------------------------------------------------------
     # bookkeeping
@@ -442,6 +605,9 @@ class QueueService:
         return unsubscribe
 
     def _emit(self, event: dict) -> None:
+        if self._batch_events is not None:  # inside _batch: sent once the transaction commits
+            self._batch_events.append(event)
+            return
         for cb in list(self._subscribers):
             try:
                 cb(event)
@@ -453,13 +619,96 @@ class QueueService:
             return
         self._emit({"type": "workload", "workload": self._view(self.records[uid])})
 
+    def _emit_coalesced(self, kind: str) -> None:
+        """Send ``{"type": kind}`` ("queues" or "inventory": something changed, refetch) once
+        at the end of this event-loop turn, however many changes asked for it (a burst of
+        submissions or completions makes one event, not one per change); at once without a
+        running loop."""
+        if not self._subscribers or kind in self._coalesced:
+            return
+        self._coalesced[kind] = None
+        if len(self._coalesced) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush_coalesced)
+            except RuntimeError:
+                self._flush_coalesced()
+
+    def _flush_coalesced(self) -> None:
+        kinds, self._coalesced = list(self._coalesced), {}
+        for kind in kinds:
+            self._emit({"type": kind})
+
+    @contextmanager
+    def _batch(self):
+        """Many ledger changes in one transaction (one commit, one fsync), for the background
+        loop's bursts (jobs that ended, admissions of a cycle, their starts). Their events are
+        held and sent after the commit, so that no subscriber hears of a change before it is
+        durable. Nested uses join the outer batch."""
+        if self._batch_events is not None:
+            yield
+            return
+        self._batch_events = []
+        try:
+            with self.ledger.transaction():
+                yield
+        finally:
+            events, self._batch_events = self._batch_events, None
+        for event in events:
+            self._emit(event)
+
     # ------------------------------------------------------------------------------------------
     # submissions
 
+    # Teams from JupyterHub groups (hub-service mode): set with ``use_group_teams``.
+    mode = "standalone"
+    # Most Pending workloads per user (GpuQueueApp.max_pending_per_user); 0: no limit.
+    max_pending_per_user = 0
+    pending_cap_retry_after = 10.0  # seconds: the Retry-After hint when the cap is hit
+    group_local_queues: Optional[dict[str, list[str]]] = None
+    groups_of: Optional[Callable[[str], Iterable[str]]] = None
+    no_team_hint = "ask an admin to give you a LocalQueue (c.GpuQueueApp.user_local_queues)"
+
+    def use_group_teams(
+        self,
+        group_local_queues: dict[str, list[str]],
+        groups_of: Callable[[str], Iterable[str]],
+        *,
+        hint: Optional[str] = None,
+    ) -> None:
+        """Map groups (e.g. JupyterHub groups) to LocalQueues: a user may submit to the LocalQueues
+        of every group they are in (plus ``user_local_queues[user]``), the first being the default.
+
+        ``group_local_queues``: group name -> ["namespace/name", ...]. ``groups_of(user)`` -> the
+        user's group names (plain data; called on the event-loop thread, must not block). ``hint``:
+        what a user in no mapped group should do, appended to the 403. Raises ValidationError
+        (field ``group_local_queues[<group>]``) for a malformed mapping; a LocalQueue that is not
+        (yet) configured is only logged, since the configuration can change live."""
+        checked: dict[str, list[str]] = {}
+        if not isinstance(group_local_queues, dict):
+            raise ValidationError("must map group names to lists of LocalQueues", "group_local_queues")
+        for group, queues in group_local_queues.items():
+            field = f"group_local_queues[{group!r}]"
+            if isinstance(queues, str) or not isinstance(queues, (list, tuple)):
+                raise ValidationError("must be a list of 'namespace/name' LocalQueues", field)
+            for q in queues:
+                if not isinstance(q, str) or q.count("/") != 1 or "" in q.split("/"):
+                    raise ValidationError(f"{q!r} is not 'namespace/name' of a LocalQueue", field)
+                if q not in self.config.local_queues:
+                    self.log.warning("%s: LocalQueue %s is not configured (yet)", field, q)
+            checked[str(group)] = list(queues)
+        self.group_local_queues = checked
+        self.groups_of = groups_of
+        if hint:
+            self.no_team_hint = hint
+
     def _allowed_local_queues(self, user: str) -> list[str]:
-        if self.user_local_queues is None:
+        if self.user_local_queues is None and self.group_local_queues is None:
             return sorted(self.config.local_queues)
-        return [lq for lq in self.user_local_queues.get(user, []) if lq in self.config.local_queues]
+        keys = list((self.user_local_queues or {}).get(user, []))
+        if self.group_local_queues is not None and self.groups_of is not None:
+            for group in self.groups_of(user):
+                keys.extend(self.group_local_queues.get(group, []))
+        return [lq for lq in dict.fromkeys(keys) if lq in self.config.local_queues]
 
     def _default_local_queue(self, user: str) -> Optional[str]:
         allowed = self._allowed_local_queues(user)
@@ -471,13 +720,16 @@ class QueueService:
         if value in (None, ""):
             value = self._default_local_queue(user)
             if value is None:
-                raise Forbidden(f"user {user} is not a member of any team (no LocalQueue)", "localQueue")
+                raise Forbidden(
+                    f"user {user} is not a member of any team (no LocalQueue): {self.no_team_hint}", "localQueue"
+                )
         if not isinstance(value, str) or value.count("/") != 1:
             raise ValidationError("must be 'namespace/name' of a LocalQueue", "localQueue")
         if value not in self.config.local_queues:
             raise ValidationError(f"unknown LocalQueue {value}", "localQueue")
         if value not in self._allowed_local_queues(user):
-            raise Forbidden(f"user {user} may not submit to LocalQueue {value}", "localQueue")
+            hint = "" if self._allowed_local_queues(user) else f": {self.no_team_hint}"
+            raise Forbidden(f"user {user} may not submit to LocalQueue {value}{hint}", "localQueue")
         ns, name = value.split("/")
         return ns, name
 
@@ -611,6 +863,8 @@ class QueueService:
             cwd = str(wd_path.resolve())
         else:
             cwd = default_wd
+        if not getattr(self.backend, "local_commands", True):
+            return argv, cwd  # runs in a container image (Kubernetes), not on this server
         exe = argv[0]
         if "/" in exe:
             p = Path(exe) if os.path.isabs(exe) else Path(cwd) / exe
@@ -624,10 +878,14 @@ class QueueService:
         name = request.get("name")
         if name not in (None, ""):
             return _dns_label(name, "name")
-        base = Path(argv[1]).stem if len(argv) > 1 and argv[0] == self.python_executable else Path(argv[0]).name
+        if not argv:
+            base = "notebook"  # a lease runs nothing
+        else:
+            base = Path(argv[1]).stem if len(argv) > 1 and argv[0] == self.python_executable else Path(argv[0]).name
         for _ in range(100):
             cand = f"{_slug(base)}-{secrets.token_hex(3)}"
-            if f"{namespace}/{cand}" not in self.by_key and self.ledger.find_workload(namespace, cand) is None:
+            key = f"{namespace}/{cand}"
+            if key not in self.by_key and key not in self._inflight and self.ledger.find_workload(namespace, cand) is None:
                 return cand
         raise GpuQueueError("could not generate a unique name", "name")  # pragma: no cover
 
@@ -636,10 +894,28 @@ class QueueService:
             raise ValidationError("the request body must be a JSON object", "body")
         ns, lq = self._resolve_local_queue(request.get("localQueue"), user)
         cq_name = self.config.local_queues[f"{ns}/{lq}"].cluster_queue
-        priority, pc_name = self._resolve_priority(request.get("priorityClass"))
+        kind = request.get("kind") or "Job"
+        if kind not in ("Job", LEASE_KIND):
+            raise ValidationError(f"must be 'Job' or '{LEASE_KIND}', got {kind!r}", "kind")
+        pc_request = request.get("priorityClass")
+        if kind == LEASE_KIND and pc_request in (None, ""):
+            pc_request = self.lease_priority_class
+        priority, pc_name = self._resolve_priority(pc_request)
         max_runtime = self._max_runtime(request)
         ps = self._pod_set_from_form(request, cq_name)
-        argv, cwd = self._command(request)
+        accept_spot = request.get("acceptSpot", False)
+        if not isinstance(accept_spot, bool):
+            raise ValidationError(f"must be true or false, got {accept_spot!r}", "acceptSpot")
+        if accept_spot:  # may land on spot flavors: tolerate their taints (service_costs.py)
+            ps.tolerations = list(ps.tolerations) + self._spot_tolerations()
+        if kind == LEASE_KIND:
+            # A lease holds devices for a notebook server started elsewhere: no command.
+            for f in ("command", "script", "args", "workingDir", "env"):
+                if request.get(f) not in (None, "", [], {}):
+                    raise ValidationError(f"a {LEASE_KIND} runs no command; remove {f!r}", f)
+            argv, cwd = [], self.root_dir
+        else:
+            argv, cwd = self._command(request)
         env = request.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ValidationError("must be an object of string values", "env")
@@ -656,19 +932,43 @@ class QueueService:
             "flavor": request.get("flavor") or "any",
             "source": "form",
         }
+        if kind == LEASE_KIND:
+            spec["kind"] = LEASE_KIND
+        if accept_spot:
+            spec["acceptSpot"] = True
         return spec, wl
 
     def submit(self, request: dict, *, user: str) -> dict:
         """Validate a SubmitRequest, persist it, queue it; returns the Workload view (docs/rest-api.md).
 
-        Raises ValidationError (400, naming the field), Forbidden (403), Conflict (409, name taken)."""
+        Raises ValidationError (400, naming the field), Forbidden (403), Conflict (409, name taken),
+        TooManyRequests (429) beyond ``max_pending_per_user``."""
         spec, wl = self._prepare(request, user)
+        self._check_pending_cap(user, 1)
         return self._accept(spec, wl, user)
+
+    def _check_pending_cap(self, user: str, new: int) -> None:
+        """TooManyRequests (429, nothing queued) when ``new`` more Pending workloads would take
+        ``user`` past ``max_pending_per_user``. Costs one pass over the active workloads, and
+        only when the cap is set."""
+        cap = self.max_pending_per_user
+        if not cap:
+            return
+        pending = sum(1 for r in self.records.values() if r["state"] == PENDING and r["owner"] == user)
+        if pending + new > cap:
+            raise TooManyRequests(
+                f"user {user} has {pending} pending workload(s) and the limit is {cap} per user "
+                f"(c.GpuQueueApp.max_pending_per_user): wait until some start, or cancel some",
+                None, retry_after=self.pending_cap_retry_after)
 
     def submit_manifest(self, text: str, *, user: str) -> list[dict]:
         """Submit the workloads of a Kubernetes manifest (batch/v1 Job, Kueue Workload, ...).
 
         The whole text is validated first; nothing is queued unless every document is valid."""
+        return [self._accept(spec, wl, user) for spec, wl in self._prepare_manifest(text, user)]
+
+    def _prepare_manifest(self, text: str, user: str) -> list[tuple[dict, Workload]]:
+        """Validate every document of a manifest; (spec, Workload) of each workload in it."""
         if not isinstance(text, str) or not text.strip():
             raise ValidationError("empty manifest", "manifest")
         try:
@@ -692,19 +992,28 @@ class QueueService:
             raise ValidationError(
                 "no workload in the manifest (a Job needs the label kueue.x-k8s.io/queue-name)", "manifest"
             )
-        return [self._accept(spec, wl, user) for spec, wl in prepared]
+        self._check_pending_cap(user, len(prepared))
+        return prepared
 
     def _prepare_manifest_workload(self, doc: dict, wl: Workload, user: str, index: int) -> tuple[dict, Workload]:
         lq_key = f"{wl.namespace}/{wl.queue_name}"
         if lq_key not in self.config.local_queues:
             raise ValidationError(f"unknown LocalQueue {lq_key}", "metadata.labels[kueue.x-k8s.io/queue-name]")
         if lq_key not in self._allowed_local_queues(user):
-            raise Forbidden(f"user {user} may not submit to LocalQueue {lq_key}", "metadata.namespace")
+            hint = "" if self._allowed_local_queues(user) else f": {self.no_team_hint}"
+            raise Forbidden(f"user {user} may not submit to LocalQueue {lq_key}{hint}", "metadata.namespace")
         _dns_label(wl.name, "metadata.name")
-        if f"{wl.namespace}/{wl.name}" in self.by_key or self.ledger.find_workload(wl.namespace, wl.name):
+        if f"{wl.namespace}/{wl.name}" in self.by_key or f"{wl.namespace}/{wl.name}" in self._inflight \
+                or self.ledger.find_workload(wl.namespace, wl.name):
             from .errors import Conflict
 
             raise Conflict(f"workload {wl.namespace}/{wl.name} already exists", "metadata.name")
+        if getattr(self.backend, "runs_manifests", False):  # Kubernetes: the Job itself runs
+            from .backends.k8s_jobs import manifest_spec
+
+            self._check_max_quota(wl, self.config.local_queues[lq_key].cluster_queue, "spec.template.spec.containers")
+            wl.maximum_execution_time_seconds = wl.maximum_execution_time_seconds or DEFAULT_MAX_RUNTIME
+            return manifest_spec(doc, wl), wl
         pods = sum(ps.count for ps in wl.pod_sets)
         if pods != 1:
             raise ValidationError(
@@ -743,10 +1052,23 @@ class QueueService:
         return spec, wl
 
     def _accept(self, spec: dict, wl: Workload, user: str) -> dict:
+        row, hold = self._new_row(spec, wl, user)
+        self.ledger.add_workload(row)  # durable before it is acknowledged; Conflict if the name is taken
+        self._accepted(row, wl, hold)
+        return self._view(self.records[row["uid"]], cost=0.0)
+
+    def _new_row(self, spec: dict, wl: Workload, user: str) -> tuple[dict, Optional[str]]:
+        """The ledger row of a new submission (uid and creation time set on ``wl`` too), and the
+        budget-hold message if it is held."""
         now = self.clock()
         uid = str(uuidlib.uuid4())
         wl.uid = uid
         wl.creation_time = now
+        if hasattr(self.backend, "dry_run") and spec.get("source") in ("form", "manifest") and not _is_lease({"spec": spec}):
+            # Kubernetes: the API server validates the Job before the submission is acknowledged.
+            self.backend.dry_run(uid, {"namespace": wl.namespace, "name": wl.name, "localQueue": wl.queue_name,
+                                       "priorityClass": wl.priority_class, "spec": spec, "owner": user})
+        hold = self._budget_hold_message(wl.namespace, now)  # a hard budget is spent: held (service_costs.py)
         row = {
             "uid": uid,
             "namespace": wl.namespace,
@@ -757,8 +1079,8 @@ class QueueService:
             "priority_class": wl.priority_class,
             "priority": wl.priority,
             "state": PENDING,
-            "reason": "Pending",
-            "message": None,
+            "reason": "BudgetExceeded" if hold else "Pending",
+            "message": hold,
             "spec": spec,
             "admission": None,
             "run": None,
@@ -769,13 +1091,63 @@ class QueueService:
             "exit_code": None,
             "evictions": 0,
         }
-        self.ledger.add_workload(row)  # durable before it is acknowledged; Conflict if the name is taken
+        return row, hold
+
+    def _accepted(self, row: dict, wl: Workload, hold: Optional[str]) -> None:
+        """A submission's row is durable: track it and queue it (or hold it)."""
+        uid = row["uid"]
         self._track(dict(row), wl)
-        self.scheduler.add_workload(wl)
+        if hold:
+            self.budget_holds[uid] = row["created_at"]
+        else:
+            self.scheduler.add_workload(wl)
         self.wake()
         self._emit_workload(uid)
-        self._emit({"type": "queues"})
-        return self._view(self.records[uid])
+        self._emit_coalesced("queues")
+
+    # -- group commit (ledger/group_commit.py) -----------------------------------------------------
+
+    async def submit_async(self, request: dict, *, user: str) -> dict:
+        """:meth:`submit` for the REST handlers: validated the same way, but the row is written by
+        the ledger's group commit (one transaction, one fsync, for every submission of the moment),
+        and the Workload view is returned once that commit has returned: acknowledged ⇒ durable.
+        Same errors as :meth:`submit`."""
+        spec, wl = self._prepare(request, user)
+        self._check_pending_cap(user, 1)
+        return (await self._accept_grouped([(spec, wl)], user))[0]
+
+    async def submit_manifest_async(self, text: str, *, user: str) -> list[dict]:
+        """:meth:`submit_manifest` through the group commit; the workloads of one manifest are
+        committed all together or not at all."""
+        return await self._accept_grouped(self._prepare_manifest(text, user), user)
+
+    async def _accept_grouped(self, prepared: list[tuple[dict, Workload]], user: str) -> list[dict]:
+        if self._committer is None:  # not started (a service used without its loop): one commit each
+            return [self._accept(spec, wl, user) for spec, wl in prepared]
+        made = [(self._new_row(spec, wl, user), wl) for spec, wl in prepared]
+        keys = [f"{wl.namespace}/{wl.name}" for _, wl in prepared]
+        self._inflight.update(keys)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        commit = self._committer.submit([row for (row, _hold), _wl in made])
+        # Runs on the loop once the commit returned, whether or not the request still waits (a
+        # client that went away does not keep a committed workload out of the queue).
+        commit.add_done_callback(lambda f: loop.call_soon_threadsafe(self._committed, f, made, keys, done))
+        return await asyncio.shield(done)
+
+    def _committed(self, commit, made: list, keys: list[str], done: asyncio.Future) -> None:
+        self._inflight.difference_update(keys)
+        exc = commit.exception()
+        if exc is not None:
+            if not done.done():
+                done.set_exception(exc)
+            return
+        views = []
+        for (row, hold), wl in made:
+            self._accepted(row, wl, hold)
+            views.append(self._view(self.records[row["uid"]], cost=0.0))
+        if not done.done():
+            done.set_result(views)
 
     # ------------------------------------------------------------------------------------------
     # reading
@@ -802,7 +1174,7 @@ class QueueService:
             default_pc = pc.name if pc else None
         return {
             "user": user,
-            "mode": "standalone",
+            "mode": self.mode,
             "version": _version(),
             "localQueues": lqs,
             "defaultLocalQueue": self._default_local_queue(user),
@@ -853,10 +1225,12 @@ class QueueService:
             self.ledger.update_workload(uid, state=CANCELLED, finished_at=now, reason="Cancelled",
                                         message=f"cancelled by {user}")
         rec.update(state=CANCELLED, finished_at=now, reason="Cancelled", message=f"cancelled by {user}")
-        if prev == RUNNING and uid in self.backend.running():
+        if uid in self.backend.running() and (prev in (ADMITTED, RUNNING) or self.delegated):
             self.stopping[uid] = "Cancelled"
-            self.backend.stop(uid, f"cancelled by {user}", self.stop_grace_seconds)
+            grace = 0.0 if _is_lease(rec) else self.stop_grace_seconds  # a lease has no process to wait for
+            self.backend.stop(uid, f"cancelled by {user}", grace)
         else:
+            self.budget_holds.pop(uid, None)
             self.scheduler.remove_workload(f"{namespace}/{name}")
             self.engine_workloads.pop(uid, None)
             self._dirty = True
@@ -959,7 +1333,7 @@ class QueueService:
                 rec = self.records.get(uid) if uid else None
                 if rec is None:
                     continue
-                pos = self.scheduler.position(key) or (None, None)
+                pos = (self.kueue_positions.get(uid) if self.delegated else self.scheduler.position(key)) or (None, None)
                 reason = self.scheduler.reason(key) or (None, None)
                 pending.append({
                     "namespace": rec["namespace"], "name": rec["name"], "localQueue": rec["local_queue"],
@@ -1018,6 +1392,101 @@ class QueueService:
         return self.prices.to_json()
 
     # ------------------------------------------------------------------------------------------
+    # admin: the live configuration (built and validated by jupyter_gpuqueue/admin.py)
+
+    def apply_config(self, config: ClusterConfig, *, actor: str, operation: str, target: str = "",
+                     before=None, after=None, prices: Optional[Prices] = None) -> dict:
+        """Make ``config`` (and ``prices``, USD per GPU-hour, when given) the live configuration.
+
+        ``config`` must come validated from ``admin.py`` (Kueue's rules). The engine Scheduler is
+        rebuilt on it (``Scheduler.update_config``) with every active workload re-added: admitted
+        ones keep their admission, quota usage, admission time and devices, even where a lowered
+        quota no longer covers them (Kueue does not evict on a quota change; nothing new is
+        admitted there until usage is below the quota again); pending ones are re-queued in their
+        original order. The change, the whole configuration (Kueue YAML,
+        restored at the next start) and an audit entry (``actor``, ``operation`` on ``target``,
+        ``before`` → ``after``) are written in one ledger transaction before the swap; the next
+        scheduling cycle uses the new configuration.
+
+        Raises ValidationError (field ``localQueues``, nothing changed) when an active workload's
+        LocalQueue, the ClusterQueue behind it, or the ClusterQueue that admitted it would
+        disappear. Returns ``{"appliedAt": seconds, "auditId": int}``."""
+        from .admin import config_to_yaml
+
+        lost = []
+        for rec in self.records.values():
+            if rec["state"] not in ACTIVE_STATES:
+                continue
+            key, lq_key = f"{rec['namespace']}/{rec['name']}", f"{rec['namespace']}/{rec['local_queue']}"
+            lq = config.local_queues.get(lq_key)
+            if lq is None:
+                lost.append(f"{key} (LocalQueue {lq_key} would not exist)")
+            elif lq.cluster_queue not in config.cluster_queues:
+                lost.append(f"{key} (ClusterQueue {lq.cluster_queue} of LocalQueue {lq_key} would not exist)")
+            elif rec.get("admission") and rec["admission"]["clusterQueue"] not in config.cluster_queues:
+                lost.append(f"{key} (admitted by ClusterQueue {rec['admission']['clusterQueue']}, which would not exist)")
+        if lost:
+            more = f" and {len(lost) - 10} more" if len(lost) > 10 else ""
+            raise ValidationError(
+                "the new configuration drops queues that active workloads use; keep those queues, or let the "
+                f"workloads finish or cancel them first: {'; '.join(lost[:10])}{more}", "localQueues")
+        prices = prices or self.prices
+        now = self.clock()
+        moved = {}  # pending workloads whose LocalQueue now points to another ClusterQueue
+        for uid, rec in self.records.items():
+            lq = config.local_queues.get(f"{rec['namespace']}/{rec['local_queue']}")
+            if rec["state"] == PENDING and lq is not None and lq.cluster_queue != rec.get("cluster_queue"):
+                moved[uid] = lq.cluster_queue
+        with self.ledger.transaction():
+            self.ledger.save_config(config_to_yaml(config), prices.to_json(), actor, now)
+            audit_id = self.ledger.add_audit(actor=actor, operation=operation, target=target,
+                                             before=before, after=after, at=now)
+            for uid, cq in moved.items():
+                self.ledger.update_workload(uid, cluster_queue=cq)
+        for uid, cq in moved.items():
+            self.records[uid]["cluster_queue"] = cq
+        # The engine's live reconfiguration: quota tree and queues rebuilt, every admitted workload
+        # re-charged with its admission, admission time and devices, every pending one re-queued in
+        # its original order.
+        self.scheduler.update_config(config)
+        self.config, self.prices = config, prices
+        self.log.info("gpuqueue: %s applied %s %s", actor, operation, target)
+        self.wake()
+        self._emit({"type": "queues"})
+        self._emit({"type": "inventory"})
+        return {"appliedAt": now, "auditId": audit_id}
+
+    def load_stored_config(self) -> bool:
+        """Before :meth:`start`: make the configuration admins applied last (stored in the ledger)
+        the live one, instead of the config files'. Returns False when none is stored. Raises
+        ValidationError (field ``storedConfig``) when the stored YAML no longer validates."""
+        from .admin import load_config_text
+
+        row = self.ledger.active_config()
+        if row is None:
+            return False
+        try:
+            config = load_config_text(row["kueue_yaml"], "stored configuration").config
+            prices = Prices.from_json(row["prices"])
+        except GpuQueueError as exc:
+            raise ValidationError(f"the stored configuration is invalid ({exc}); start with "
+                                  "GpuQueueApp.discard_stored_config=True to drop it", "storedConfig") from None
+        self.config, self.prices = config, prices
+        self.scheduler = Scheduler(config, self.scheduler.inventory, self.scheduler.options)
+        return True
+
+    def discard_stored_config(self, *, actor: str) -> int:
+        """Drop every stored configuration (audited) so that the config files rule from the next
+        start on; returns how many were dropped."""
+        now = self.clock()
+        with self.ledger.transaction():
+            n = self.ledger.discard_config()
+            if n:
+                self.ledger.add_audit(actor=actor, operation="discard-stored-config", target="",
+                                      before={"storedConfigurations": n}, after=None, at=now)
+        return n
+
+    # ------------------------------------------------------------------------------------------
     # the Workload view
 
     def _price_per_hour(self, rec: dict) -> float:
@@ -1043,10 +1512,10 @@ class QueueService:
     def _view(self, rec: dict, cost: Optional[float] = None) -> dict:
         key = f"{rec['namespace']}/{rec['name']}"
         state = rec["state"]
-        pos = self.scheduler.position(key) if state == PENDING else None
+        pos = (self.kueue_positions.get(rec["uid"]) if self.delegated else self.scheduler.position(key)) if state == PENDING else None
         reason, message = rec.get("reason"), rec.get("message")
         if state == PENDING:
-            live = self.scheduler.reason(key)
+            live = None if self.delegated else self.scheduler.reason(key)
             if live:
                 reason, message = live
         adm = rec.get("admission")
@@ -1090,6 +1559,8 @@ class QueueService:
             "admission": admission,
             "placement": placements,
             "visibleDevices": ",".join(devices) if adm else None,
+            "kind": spec.get("kind") or "Job",
+            "evictionDeadline": (rec.get("run") or {}).get("evictionDeadline") if state == RUNNING else None,
             "command": spec["command"],
             "workingDir": spec["workingDir"],
             "maxRuntimeSeconds": max_rt,
@@ -1103,7 +1574,14 @@ class QueueService:
             "estimatedCostUsd": round(per_hour * max_rt / 3600.0, 6),
             "pricePerHourUsd": round(per_hour, 6),
             "estimatedStartAt": None,
+            "acceptSpot": bool(spec.get("acceptSpot")),
+            "budgetWarning": self.budgets.warning(rec["namespace"], now) if self.budgets is not None else None,
         }
+
+
+def _is_lease(rec: dict) -> bool:
+    """Whether a workload record is a notebook GPU lease (backends/lease.py)."""
+    return (rec.get("spec") or {}).get("kind") == LEASE_KIND
 
 
 def _pod_template(doc: dict) -> dict:
@@ -1136,18 +1614,30 @@ def create_service(
     stop_grace_seconds: float = 10.0,
     options: Optional[SchedulerOptions] = None,
     logger: Optional[logging.Logger] = None,
+    lease_preemption_grace_seconds: float = 300.0,
+    lease_priority_class: Optional[str] = "development",
+    backend: str = "local",
+    kubernetes: Optional[dict] = None,
 ) -> QueueService:
-    """Build a QueueService with the local backend.
+    """Build a QueueService with the local backend, or with ``backend`` "kubernetes" / "kueue" a
+    cluster one (``kubernetes``: its options, see ``backends/k8s_factory.py``; the inventory then
+    comes from the cluster's Nodes unless ``inventory_path`` is given).
 
     ``inventory_path`` None: NVML discovery where GPUs are present, else the demo inventory.
     ``config_paths`` None: with discovered GPUs, one team owning exactly them
     (``inventory.default_config``); else the demo cluster (``jupyter_gpuqueue/demo/cluster.yaml``). ``db_url`` None:
     ``sqlite:///{data_dir}/gpuqueue.sqlite``. Raises ValidationError for an invalid configuration."""
+    from .backends.lease import LeaseBackend
     from .backends.local import LocalBackend
     from .inventory import load_inventory
     from .inventory.default_config import config_for_inventory
 
-    inventory = load_inventory(inventory_path)
+    cluster = None
+    if backend != "local":  # "kubernetes" | "kueue": see backends/k8s_factory.py
+        from .backends.k8s_factory import ClusterConnection
+
+        cluster = ClusterConnection(backend, kubernetes or {})
+    inventory = cluster.inventory() if cluster is not None and not inventory_path else load_inventory(inventory_path)
     config = ClusterConfig()
     if config_paths:
         paths = list(config_paths)
@@ -1174,11 +1664,18 @@ def create_service(
         default_local_queue = "team-a/team-a-queue"
     if default_priority_class is None and "experiment-normal" in config.priority_classes:
         default_priority_class = "experiment-normal"
+    if lease_priority_class and lease_priority_class not in config.priority_classes \
+            and lease_priority_class not in config.workload_priority_classes:
+        # Jobs still run; a lease naming no priority class is refused with this class's name.
+        (logger or log).warning(
+            "gpuqueue: the notebook lease priority class %r is not in the cluster configuration; "
+            "add it (a PriorityClass or WorkloadPriorityClass) or set c.GpuQueueApp.lease_priority_class",
+            lease_priority_class)
     return QueueService(
         config=config,
         inventory=inventory,
         ledger=ledger,
-        backend=LocalBackend(),
+        backend=LeaseBackend(cluster.backend(config) if cluster is not None else LocalBackend()),
         prices=price_obj,
         root_dir=root_dir,
         data_dir=data_dir,
@@ -1187,6 +1684,8 @@ def create_service(
         user_local_queues=user_local_queues,
         cycle_interval=cycle_interval,
         stop_grace_seconds=stop_grace_seconds,
+        lease_preemption_grace_seconds=lease_preemption_grace_seconds,
+        lease_priority_class=lease_priority_class,
         options=options,
         logger=logger,
     )

@@ -124,6 +124,8 @@ class GpuJobWidget:
         if wl.get("pricePerHourUsd"):
             est += f" (max runtime at {_money(wl.get('pricePerHourUsd'))}/h)"
         rows.append(("Estimated cost", est))
+        if wl.get("budgetWarning"):  # the team's soft budget limit (jupyter_gpuqueue/budgets.py)
+            rows.append(("Budget", "⚠ " + wl["budgetWarning"]))
         if wl.get("exitCode") is not None:
             rows.append(("Exit code", str(wl["exitCode"])))
         self.details.value = "<table style='font-size:90%'>" + "".join(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the tests need (Debian's chromium for the browser tests, the package with its
-# test extra in .venv), then run the whole suite.
+# test extra in .venv, configurable-http-proxy for the JupyterHub tests), then run the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -11,4 +11,9 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 scripts/setup-venv.sh test
+# configurable-http-proxy (npm) for the JupyterHub end-to-end tests (tests/hub/), kept in .ci-node/
+if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
+  npm install --silent --no-audit --no-fund --prefix .ci-node configurable-http-proxy
+fi
+export PATH="$PWD/.ci-node/node_modules/.bin:$PATH"
 exec .venv/bin/python -m pytest "$@"

@@ -27,6 +27,9 @@ class LaunchSpec:
     cwd: str
     env: dict[str, str] = field(default_factory=dict)
     log_path: str = ""
+    # Cluster backends (backends/kubernetes.py, kueue.py): {"namespace", "name", "localQueue",
+    # "clusterQueue", "priorityClass", "spec" (the workload spec), "admission" (dict or None), "owner"}.
+    workload: Optional[dict] = None
 
 
 @dataclass
@@ -87,6 +90,9 @@ class RunStatus:
     exit_code: Optional[int]
     finished_at: float
     message: str
+    # Cluster backends also report non-final observations ("Running", "Waiting", and with Kueue
+    # "Admitted", "Evicted", "Pending"; finished_at is then the time observed) with details.
+    details: Optional[dict] = None
 
 
 @runtime_checkable

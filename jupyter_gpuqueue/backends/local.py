@@ -19,6 +19,7 @@ the start time in ``/proc/<pid>/stat``; where /proc is absent only the pid is ch
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import Conflict, ValidationError
 from .base import FAILED, SUCCEEDED, LaunchSpec, RunInfo, RunStatus
@@ -106,6 +107,7 @@ class _Run:
     grace: float = 0.0
     kill_at: Optional[float] = None  # time.monotonic() deadline for SIGKILL
     killed: bool = False
+    pidfd: Optional[int] = None  # watched by the event loop while the run lives (set_wakeup)
 
 
 class LocalBackend:
@@ -125,6 +127,59 @@ class LocalBackend:
         if self.state_dir:
             os.makedirs(self.state_dir, exist_ok=True)
         self._runs: dict[str, _Run] = {}
+        self._wakeup: Optional[Callable[[], None]] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    # ------------------------------------------------------------------ wake-up on exit
+
+    def set_wakeup(self, callback: Optional[Callable[[], None]]) -> None:
+        """Call ``callback()`` on the running asyncio loop's thread as soon as a run ends, so that
+        the service reaps it at once instead of at its next periodic :meth:`poll` (a job of 1 s
+        would otherwise lose up to a whole poll interval). Linux ≥ 5.3: a pidfd per run
+        (``os.pidfd_open``) watched with ``loop.add_reader``; elsewhere, or without a running loop
+        when a run starts, only :meth:`poll` finds ended runs. Must be called on the loop's thread
+        (the service does it in ``start``); None turns it off."""
+        self._wakeup = callback
+        try:
+            self._loop = asyncio.get_running_loop() if callback is not None else None
+        except RuntimeError:
+            self._loop = None
+        for run in self._runs.values():
+            self._unwatch(run)
+            self._watch(run)
+
+    def _watch(self, run: _Run) -> None:
+        if self._wakeup is None or self._loop is None or not hasattr(os, "pidfd_open") or run.pidfd is not None:
+            return
+        try:
+            fd = os.pidfd_open(run.info.pid)
+        except OSError:  # gone already (poll finds it), or no pidfd support in this kernel
+            return
+        try:
+            self._loop.add_reader(fd, self._on_exit, run)
+        except (OSError, RuntimeError, ValueError):
+            os.close(fd)
+            return
+        run.pidfd = fd
+
+    def _on_exit(self, run: _Run) -> None:
+        # A pidfd stays readable once its process has ended: stop watching it now (it is closed
+        # when poll reaps the run), then wake the service.
+        if run.pidfd is not None and self._loop is not None:
+            self._loop.remove_reader(run.pidfd)
+        if self._wakeup is not None:
+            self._wakeup()
+
+    def _unwatch(self, run: _Run) -> None:
+        fd, run.pidfd = run.pidfd, None
+        if fd is None:
+            return
+        if self._loop is not None:
+            try:
+                self._loop.remove_reader(fd)
+            except (RuntimeError, ValueError, OSError):
+                pass
+        os.close(fd)
 
     # ------------------------------------------------------------------ start
 
@@ -212,6 +267,7 @@ class LocalBackend:
             started_at=started_at,
         )
         self._runs[spec.uid] = _Run(spec.uid, info, popen)
+        self._watch(self._runs[spec.uid])
         log.debug("started %s (%s) pid %d: %s", spec.key, spec.uid, popen.pid, argv)
         return info
 
@@ -263,6 +319,21 @@ class LocalBackend:
 
     # ------------------------------------------------------------------ stop / poll
 
+    def signal(self, uid: str, signum: int, note: str = "") -> bool:
+        """Send ``signum`` (e.g. SIGUSR1, a spot job's preemption notice) to run ``uid``: to its
+        wrapper, which forwards it to the job (runner.py), so the job can checkpoint. Returns
+        False when the run is not tracked or has ended."""
+        run = self._runs.get(uid)
+        if run is None or self._exited(run):
+            return False
+        self._note(run, f"{note or 'signal'}: {_signal_name(signum)}")
+        try:
+            os.kill(run.info.pid, signum)
+        except (ProcessLookupError, PermissionError) as e:
+            log.warning("cannot signal run %s (pid %d): %s", uid, run.info.pid, e)
+            return False
+        return True
+
     def stop(self, uid: str, reason: str, grace_seconds: float = 10.0) -> None:
         """Stop run ``uid``: SIGTERM to its process group now, SIGKILL once ``grace_seconds`` have
         passed (sent by a later :meth:`poll`; at once when ``grace_seconds`` <= 0). Returns at once.
@@ -299,6 +370,7 @@ class LocalBackend:
                     run.killed = True
                 continue
             wrapper_code = self._reap(run) if run.popen is not None else None
+            self._unwatch(run)
             del self._runs[uid]
             out.append(self._status(run, wrapper_code))
         return out
@@ -375,6 +447,7 @@ class LocalBackend:
         except ProcessLookupError:
             return False
         self._runs[uid] = _Run(uid, info, popen=None)
+        self._watch(self._runs[uid])
         log.debug("adopted run %s pid %d", uid, info.pid)
         return True
 

@@ -1,6 +1,6 @@
 """The wrapper every local job runs under: ``python runner.py --exit-file PATH -- argv...``.
 
-It runs ``argv`` as its child (no shell), forwards SIGTERM, SIGINT and SIGHUP to it, waits, writes the
+It runs ``argv`` as its child (no shell), forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 to it, waits, writes the
 child's exit code atomically (temporary file + ``os.replace``) to ``PATH`` and exits with the same
 code. A child killed by signal N is recorded as 128+N (the shell convention). If ``argv`` cannot be
 executed, the code is 127 (not found) or 126 (not executable) and the reason goes to stderr.
@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# SIGUSR1 / SIGUSR2: a spot job's preemption notice (service_costs.py), sent to this wrapper only.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def write_exit_file(path: str, code: int, sig: int | None) -> None:

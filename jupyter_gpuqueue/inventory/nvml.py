@@ -140,3 +140,43 @@ def discover(nvml: Any = None) -> Optional[Inventory]:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def utilization_rates(uuids, nvml: Any = None) -> dict[str, float]:
+    """GPU utilization in percent (``nvmlDeviceGetUtilizationRates().gpu``: the share of the last
+    sample period in which a kernel ran) of each GPU UUID in ``uuids`` that NVML can answer for.
+
+    Devices NVML cannot sample (MIG devices: NVML_ERROR_NOT_SUPPORTED; a GPU gone) are left out, and
+    without NVML the answer is ``{}``: a utilization is never invented. ``nvml``: the ``pynvml``
+    module (default) or an object with nvmlInit, nvmlShutdown, nvmlDeviceGetHandleByUUID and
+    nvmlDeviceGetUtilizationRates. Never raises."""
+    uuids = [u for u in dict.fromkeys(uuids) if u]
+    if not uuids:
+        return {}
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return {}
+    try:
+        nvml.nvmlInit()
+    except Exception as e:
+        log.debug("NVML utilization: nvmlInit failed: %s", e)
+        return {}
+    out: dict[str, float] = {}
+    try:
+        for uuid in uuids:
+            try:
+                h = nvml.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
+                rate = float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            except Exception as e:  # NOT_SUPPORTED (MIG), NOT_FOUND, GPU_IS_LOST
+                log.debug("NVML utilization of %s: %s", uuid, e)
+                continue
+            if 0.0 <= rate <= 100.0:
+                out[uuid] = rate
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out

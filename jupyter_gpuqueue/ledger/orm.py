@@ -1,12 +1,14 @@
 """Ledger tables (SQLAlchemy 2.x declarative).
 
-Two tables:
+Four tables:
 
 - ``workloads``: one row per submitted Workload, the durable truth the service rebuilds its state
   from after a restart. ``spec``, ``admission`` and ``run`` are JSON documents owned by the service
   (the ledger stores them opaquely).
 - ``usage_intervals``: one row per (workload, flavor, resource) for every period the workload held
   devices. Cost is a query over these rows (DESIGN.md "Costs"), never a counter that can drift.
+- ``config_versions`` and ``audit_log``: the configuration admins applied (Kueue YAML and prices)
+  and who changed what, when, before → after.
 
 Times are floats, seconds since the Unix epoch. Money is USD; ``usd_per_hour`` is the price of the
 whole interval (all its devices) per hour, fixed when the interval is opened.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 WORKLOAD_STATES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Cancelled")
@@ -68,6 +70,69 @@ class UsageInterval(Base):
     usd_per_hour: Mapped[float] = mapped_column(Float, nullable=False)
     start: Mapped[float] = mapped_column(Float, nullable=False)
     end: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
+
+
+class ConfigVersion(Base):
+    """The queue configuration an admin applied: the whole of it as Kueue YAML plus the price
+    list. The newest row is the active configuration; at startup it is preferred over the
+    config files (``GpuQueueApp.discard_stored_config`` drops it)."""
+
+    __tablename__ = "config_versions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Float, nullable=False)
+    actor: Mapped[str] = mapped_column(String(256), nullable=False)
+    kueue_yaml: Mapped[str] = mapped_column(Text, nullable=False)
+    prices: Mapped[Any] = mapped_column(JSON, nullable=False)
+
+
+class AuditEntry(Base):
+    """One admin change: who (``actor``), when (``at``, seconds since the epoch), what
+    (``operation``, e.g. ``patch-cluster-queue``, on ``target``), and the object ``before`` and
+    ``after`` (JSON: Kueue documents, or the price list)."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, nullable=False, index=True)
+    actor: Mapped[str] = mapped_column(String(256), nullable=False)
+    operation: Mapped[str] = mapped_column(String(64), nullable=False)
+    target: Mapped[str] = mapped_column(String(512), nullable=False, default="")
+    before: Mapped[Optional[Any]] = mapped_column(JSON(none_as_null=True), nullable=True)
+    after: Mapped[Optional[Any]] = mapped_column(JSON(none_as_null=True), nullable=True)
+
+
+class BudgetRow(Base):
+    """A team's monthly budget set by an admin through the REST API (``jupyter_gpuqueue.budgets``):
+    ``monthly_usd`` (USD per UTC month), ``warn_at`` (share of it, 0-1, that raises the soft
+    warning), ``hard`` (new submissions are held with reason BudgetExceeded once it is spent).
+    A row here wins over ``GpuQueueApp.budgets`` for its namespace."""
+
+    __tablename__ = "budgets"
+
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    monthly_usd: Mapped[float] = mapped_column(Float, nullable=False)
+    warn_at: Mapped[float] = mapped_column(Float, nullable=False)
+    hard: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    updated_at: Mapped[float] = mapped_column(Float, nullable=False)
+    updated_by: Mapped[str] = mapped_column(String(256), nullable=False)
+
+
+class UtilizationSample(Base):
+    """One NVML utilization sample of a device a running workload holds: ``percent`` (0-100,
+    ``nvmlDeviceGetUtilizationRates().gpu``) at ``at`` (seconds since the epoch). Only written
+    where NVML answers; reports average them and never invent a value where none exist."""
+
+    __tablename__ = "gpu_utilization_samples"
+    __table_args__ = (Index("ix_gpu_utilization_samples_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_uid: Mapped[str] = mapped_column(
+        String(64), ForeignKey("workloads.uid", ondelete="CASCADE"), nullable=False, index=True
+    )
+    device: Mapped[str] = mapped_column(String(128), nullable=False)
+    at: Mapped[float] = mapped_column(Float, nullable=False)
+    percent: Mapped[float] = mapped_column(Float, nullable=False)
 
 
 WORKLOAD_COLUMNS = tuple(c.name for c in WorkloadRow.__table__.columns)

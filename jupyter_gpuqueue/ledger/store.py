@@ -28,6 +28,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..errors import Conflict, NotFound, ValidationError
 from .orm import (
     INTERVAL_COLUMNS,
+    AuditEntry,
+    BudgetRow,
+    ConfigVersion,
+    UtilizationSample,
     WORKLOAD_COLUMNS,
     WORKLOAD_STATES,
     Base,
@@ -117,14 +121,14 @@ class Ledger:
             kwargs["pool_pre_ping"] = True
         self.url = parsed
         self.engine: Engine = create_engine(parsed, **kwargs)
+        self._local = threading.local()
         if _is_sqlite(parsed):
-            self._configure_sqlite(self.engine)
+            self._configure_sqlite(self.engine, self._local)
         Base.metadata.create_all(self.engine)
         self._Session = sessionmaker(bind=self.engine, expire_on_commit=False)
-        self._local = threading.local()
 
     @staticmethod
-    def _configure_sqlite(engine: Engine) -> None:
+    def _configure_sqlite(engine: Engine, local: Optional[threading.local] = None) -> None:
         # pysqlite's own transaction handling issues BEGIN lazily (not before SELECT) and breaks
         # SAVEPOINT; SQLAlchemy's documented recipe: autocommit at the driver, BEGIN from "begin".
         @event.listens_for(engine, "connect")
@@ -139,7 +143,13 @@ class Ledger:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn):
-            conn.exec_driver_sql("BEGIN")
+            # A transaction that writes takes the write lock up front (BEGIN IMMEDIATE), waiting
+            # up to busy_timeout for another writer (the group-commit thread, another process).
+            # A deferred BEGIN that reads first and writes later cannot wait: when another
+            # connection writes in between, SQLite fails the upgrade at once with "database is
+            # locked" (busy_timeout does not apply), and a decision already applied to the
+            # backend (a started job) would go unrecorded. Found by tests/test_crash.py.
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if getattr(local, "write", False) else "BEGIN")
 
     # ------------------------------------------------------------------ transactions
 
@@ -148,13 +158,19 @@ class Ledger:
         return getattr(self._local, "tx", None)
 
     @contextmanager
-    def _scope(self) -> Iterator[Session]:
+    def _scope(self, write: bool = False) -> Iterator[Session]:
+        """The current :meth:`transaction`, or a new one; ``write``: it will write (SQLite:
+        BEGIN IMMEDIATE, see ``_configure_sqlite``)."""
         tx = self._tx
         if tx is not None:
             yield tx
             return
-        with self._Session() as s, s.begin():
-            yield s
+        self._local.write = write
+        try:
+            with self._Session() as s, s.begin():
+                yield s
+        finally:
+            self._local.write = False
 
     @contextmanager
     def transaction(self) -> Iterator["Ledger"]:
@@ -167,7 +183,7 @@ class Ledger:
         if self._tx is not None:
             yield self
             return
-        with self._Session() as s, s.begin():
+        with self._scope(write=True) as s:
             self._local.tx = s
             try:
                 yield self
@@ -203,7 +219,7 @@ class Ledger:
         for name, value in rec.items():
             _check_field(name, value)
         values = {"priority": 0, "reason": "", "evictions": 0, **rec}
-        with self._scope() as s:
+        with self._scope(write=True) as s:
             self._check_unique(s, rec["uid"], rec["namespace"], rec["name"])
             try:
                 with s.begin_nested():
@@ -211,6 +227,59 @@ class Ledger:
             except IntegrityError:  # a concurrent writer won the race
                 self._check_unique(s, rec["uid"], rec["namespace"], rec["name"])
                 raise
+
+    def add_workload_groups(self, groups: list[list[dict]]) -> list[Optional[Exception]]:
+        """Insert several groups of workloads in **one** transaction (one commit: one fsync),
+        each group all-or-nothing; used by the group commit (``ledger/group_commit.py``).
+
+        ``groups``: lists of records as for :meth:`add_workload`. Returns one entry per group:
+        None (inserted, durable once this returns) or the error that group alone failed with
+        (ValidationError naming the field, Conflict naming ``name`` or ``uid``); the other groups
+        are committed all the same. An error of the commit itself (disk full, I/O error) is raised:
+        then nothing of this call is durable. Must not be called inside :meth:`transaction`.
+        """
+        if self._tx is not None:
+            raise RuntimeError("add_workload_groups runs its own transaction")
+        results: list[Optional[Exception]] = [None] * len(groups)
+        values: list[list[dict]] = []
+        for i, group in enumerate(groups):
+            try:
+                vals = []
+                for rec in group:
+                    if not isinstance(rec, dict):
+                        raise ValidationError("workload record must be a dict", field="workload")
+                    for name in _REQUIRED:
+                        if name not in rec:
+                            raise ValidationError("required", field=name)
+                    for name, value in rec.items():
+                        _check_field(name, value)
+                    vals.append({"priority": 0, "reason": "", "evictions": 0, **rec})
+                values.append(vals)
+            except ValidationError as exc:
+                results[i] = exc
+                values.append([])
+        with self._scope(write=True) as s:
+            everything = [v for vals in values for v in vals]
+            try:
+                # Fast path: every row in one statement, under one savepoint.
+                with s.begin_nested():
+                    if everything:
+                        s.execute(insert(WorkloadRow), everything)
+            except IntegrityError:
+                # Some row collides (a name or uid taken): group by group, each under its own
+                # savepoint, so that only the offending groups fail.
+                for i, vals in enumerate(values):
+                    if not vals or results[i] is not None:
+                        continue
+                    try:
+                        for v in vals:
+                            self._check_unique(s, v["uid"], v["namespace"], v["name"])
+                        with s.begin_nested():
+                            s.execute(insert(WorkloadRow), vals)
+                    except (Conflict, IntegrityError) as exc:
+                        results[i] = exc if isinstance(exc, Conflict) else Conflict(
+                            f"workload {vals[0]['namespace']}/{vals[0]['name']} already exists", field="name")
+        return results
 
     @staticmethod
     def _check_unique(s: Session, uid: str, namespace: str, name: str, exclude: Optional[str] = None) -> None:
@@ -233,7 +302,7 @@ class Ledger:
             raise ValidationError("the uid of a workload cannot change", field="uid")
         for name, value in fields.items():
             _check_field(name, value)
-        with self._scope() as s:
+        with self._scope(write=True) as s:
             row = s.execute(
                 select(WorkloadRow.namespace, WorkloadRow.name).where(WorkloadRow.uid == uid)
             ).first()
@@ -249,7 +318,7 @@ class Ledger:
 
     def delete_workload(self, uid: str) -> bool:
         """Delete a workload and its usage intervals. Returns False if it did not exist."""
-        with self._scope() as s:
+        with self._scope(write=True) as s:
             s.execute(delete(UsageInterval).where(UsageInterval.workload_uid == uid))
             res = s.execute(delete(WorkloadRow).where(WorkloadRow.uid == uid))
             return res.rowcount > 0
@@ -325,7 +394,7 @@ class Ledger:
         if price < 0:
             raise ValidationError("must be >= 0", field="usd_per_hour")
         start = _num(start, "start")
-        with self._scope() as s:
+        with self._scope(write=True) as s:
             if s.get(WorkloadRow, uid) is None:
                 raise NotFound(f"no workload with uid {uid}", field="uid")
             res = s.execute(
@@ -342,7 +411,7 @@ class Ledger:
         """Close every open interval of workload ``uid`` at ``end`` (seconds; an interval opened
         after ``end`` is closed at its own start, i.e. empty)."""
         end = _num(end, "end")
-        with self._scope() as s:
+        with self._scope(write=True) as s:
             s.execute(
                 update(UsageInterval)
                 .where(UsageInterval.workload_uid == uid, UsageInterval.end.is_(None))
@@ -456,6 +525,148 @@ class Ledger:
             row["gpuHours"], row["costUsd"] = acc[key]
             out.append(row)
         return out
+
+    # ------------------------------------------------------------------ reports, budgets, utilization
+
+    def report_intervals(self, now: float, since: Optional[float] = None, until: Optional[float] = None) -> list[dict]:
+        """Usage intervals overlapping [``since``, ``until``) joined with their workload, for
+        ``ledger/reports.py``: ``[{"id", "workload_uid", "namespace", "name", "owner", "local_queue",
+        "cluster_queue", "state", "flavor", "resource", "quantity", "gpu_equivalent",
+        "usd_per_hour", "start", "end"}]`` by id, where an open interval's ``end`` is ``now``
+        (seconds since the epoch) and ``open`` tells it was open. Nothing is clipped here."""
+        now = _num(now, "now")
+        q = select(
+            UsageInterval.id, UsageInterval.workload_uid, WorkloadRow.namespace, WorkloadRow.name,
+            WorkloadRow.owner, WorkloadRow.local_queue, WorkloadRow.cluster_queue, WorkloadRow.state,
+            UsageInterval.flavor, UsageInterval.resource, UsageInterval.quantity,
+            UsageInterval.gpu_equivalent, UsageInterval.usd_per_hour, UsageInterval.start, UsageInterval.end,
+        ).join(WorkloadRow, WorkloadRow.uid == UsageInterval.workload_uid).order_by(UsageInterval.id)
+        if since is not None:
+            q = q.where(func.coalesce(UsageInterval.end, now) > _num(since, "since"))
+        if until is not None:
+            q = q.where(UsageInterval.start < _num(until, "until"))
+        out = []
+        with self._scope() as s:
+            for r in s.execute(q):
+                d = dict(r._mapping)
+                d["open"] = d["end"] is None
+                if d["end"] is None:
+                    d["end"] = max(now, d["start"])
+                out.append(d)
+        return out
+
+    def budgets(self) -> dict[str, dict]:
+        """Budgets stored by admins: ``{namespace: {"monthlyUSD", "warnAt", "hard", "updatedAt",
+        "updatedBy"}}``."""
+        with self._scope() as s:
+            return {
+                r.namespace: {"monthlyUSD": r.monthly_usd, "warnAt": r.warn_at, "hard": bool(r.hard),
+                              "updatedAt": r.updated_at, "updatedBy": r.updated_by}
+                for r in s.execute(select(BudgetRow.__table__))
+            }
+
+    def set_budget(self, namespace: str, monthly_usd: float, warn_at: float, hard: bool, *,
+                   actor: str, at: float) -> None:
+        """Store (insert or replace) the budget of ``namespace``; values validated by the caller
+        (``budgets.parse_budget``). Raises ValidationError naming a non-finite number."""
+        if not isinstance(namespace, str) or not namespace:
+            raise ValidationError("must be a non-empty string", field="namespace")
+        values = {"monthly_usd": _num(monthly_usd, "monthlyUSD"), "warn_at": _num(warn_at, "warnAt"),
+                  "hard": bool(hard), "updated_at": _num(at, "at"), "updated_by": str(actor)}
+        with self._scope(write=True) as s:
+            if s.get(BudgetRow, namespace) is None:
+                s.execute(insert(BudgetRow).values(namespace=namespace, **values))
+            else:
+                s.execute(update(BudgetRow).where(BudgetRow.namespace == namespace).values(**values))
+
+    def delete_budget(self, namespace: str) -> bool:
+        """Forget the stored budget of ``namespace``; False if there was none."""
+        with self._scope(write=True) as s:
+            return (s.execute(delete(BudgetRow).where(BudgetRow.namespace == namespace)).rowcount or 0) > 0
+
+    def add_utilization_samples(self, samples: Iterable[tuple[str, str, float, float]]) -> int:
+        """Append NVML samples ``(workload_uid, device, at, percent)``; returns how many. Raises
+        ValidationError(field="percent") for a value outside 0-100."""
+        rows = []
+        for uid, device, at, percent in samples:
+            p = _num(percent, "percent")
+            if not 0.0 <= p <= 100.0:
+                raise ValidationError(f"must be between 0 and 100, got {p}", field="percent")
+            rows.append({"workload_uid": uid, "device": str(device), "at": _num(at, "at"), "percent": p})
+        if rows:
+            with self._scope(write=True) as s:
+                s.execute(insert(UtilizationSample), rows)
+        return len(rows)
+
+    def utilization(self, since: Optional[float] = None, until: Optional[float] = None) -> dict[str, tuple[float, int]]:
+        """Mean GPU utilization per workload over samples taken in [``since``, ``until``):
+        ``{uid: (mean percent, number of samples)}``; workloads without samples are absent."""
+        q = select(UtilizationSample.workload_uid, func.avg(UtilizationSample.percent), func.count())
+        if since is not None:
+            q = q.where(UtilizationSample.at >= _num(since, "since"))
+        if until is not None:
+            q = q.where(UtilizationSample.at < _num(until, "until"))
+        q = q.group_by(UtilizationSample.workload_uid)
+        with self._scope() as s:
+            return {uid: (float(avg), int(n)) for uid, avg, n in s.execute(q)}
+
+    # ------------------------------------------------------------------ configuration and audit
+
+    def save_config(self, kueue_yaml: str, prices: dict, actor: str, at: float) -> int:
+        """Store the active configuration (the whole of it as Kueue YAML, and the price list as
+        ``Prices.to_json()``); returns its id. The newest stored one is :meth:`active_config`."""
+        if not isinstance(kueue_yaml, str) or not kueue_yaml.strip():
+            raise ValidationError("must be non-empty Kueue YAML", field="kueue_yaml")
+        if not isinstance(prices, dict):
+            raise ValidationError("must be a JSON object", field="prices")
+        at = _num(at, "at")
+        with self._scope(write=True) as s:
+            res = s.execute(
+                insert(ConfigVersion)
+                .values(created_at=at, actor=str(actor), kueue_yaml=kueue_yaml, prices=prices)
+                .returning(ConfigVersion.id)
+            )
+            return int(res.scalar_one())
+
+    def active_config(self) -> Optional[dict]:
+        """The newest stored configuration ``{"id", "created_at", "actor", "kueue_yaml",
+        "prices"}``, or None when admins never changed it (or it was discarded)."""
+        q = select(ConfigVersion.__table__).order_by(ConfigVersion.id.desc()).limit(1)
+        with self._scope() as s:
+            r = s.execute(q).first()
+            return None if r is None else self._row(r)
+
+    def discard_config(self) -> int:
+        """Forget every stored configuration (the config files rule again); returns how many."""
+        with self._scope(write=True) as s:
+            return s.execute(delete(ConfigVersion)).rowcount or 0
+
+    def add_audit(self, *, actor: str, operation: str, target: str, before: Any, after: Any, at: float) -> int:
+        """Append an audit entry (who, what, on what, before → after as JSON, when); returns its id.
+        Inside :meth:`transaction` it commits together with the change it records."""
+        if not isinstance(operation, str) or not operation:
+            raise ValidationError("must be a non-empty string", field="operation")
+        for name, value in (("before", before), ("after", after)):
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise ValidationError(f"must be JSON-serialisable: {e}", field=name) from None
+        at = _num(at, "at")
+        with self._scope(write=True) as s:
+            res = s.execute(
+                insert(AuditEntry)
+                .values(at=at, actor=str(actor), operation=operation, target=str(target or ""),
+                        before=before, after=after)
+                .returning(AuditEntry.id)
+            )
+            return int(res.scalar_one())
+
+    def audit_log(self, limit: int = 100, offset: int = 0) -> tuple[list[dict], int]:
+        """Audit entries newest first (``limit`` from ``offset``) and the total count."""
+        q = select(AuditEntry.__table__).order_by(AuditEntry.id.desc()).limit(limit).offset(offset)
+        with self._scope() as s:
+            total = int(s.execute(select(func.count()).select_from(AuditEntry)).scalar_one())
+            return [self._row(r) for r in s.execute(q)], total
 
 
 __all__ = ["Ledger", "SQLITE_BUSY_TIMEOUT_MS", "INTERVAL_COLUMNS", "WORKLOAD_COLUMNS"]

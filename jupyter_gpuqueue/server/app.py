@@ -10,6 +10,14 @@ Configure with ``c.GpuQueueApp.<trait>`` in ``jupyter_server_config.py``, for ex
     c.GpuQueueApp.config_files = ["/etc/gpuqueue/cluster.yaml"]
     c.GpuQueueApp.prices = {"nvidia-a100": 2.21, "nvidia-h100": 3.75}
     c.GpuQueueApp.default_local_queue = "team-a/team-a-queue"
+
+Modes (``c.GpuQueueApp.mode``, docs/rest-api.md "JupyterHub"): ``standalone`` (the queue runs in
+this server), ``hub-service`` (this server is the hub-managed service ``gpuqueue``: custom scopes
+are enforced and teams come from hub groups), ``hub-client`` (a user's single-user server: no
+queue here, every ``gpuqueue/api`` request is forwarded to the service, see ``forward.py``).
+``auto`` picks hub-service when ``$JUPYTERHUB_SERVICE_NAME`` is ``hub_service_name``, hub-client
+when ``$JUPYTERHUB_API_TOKEN`` is set and a service URL is configured (``service_url`` or
+``$GPUQUEUE_SERVICE_URL``), else standalone.
 """
 
 from __future__ import annotations
@@ -18,23 +26,52 @@ import os
 from typing import Any, Optional
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Dict, Float, Int, List, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, Unicode, default
 
-from ..errors import GpuQueueError
+from ..errors import GpuQueueError, ValidationError
+from .admin_handlers import admin_handlers
 from .events import PING_INTERVAL_KEY, events_handler
+from .forward import FORWARDER_KEY, Forwarder, forward_handlers
 from .handlers import (
+    HUB_GROUPS_KEY,
     MAX_BODY_KEY,
     SERVICE_KEY,
     STANDALONE_USER_KEY,
     STARTUP_ERROR_KEY,
+    SUBMIT_LIMITER_KEY,
     default_handlers,
     default_standalone_user,
     not_found_handler,
 )
+from .hub_groups import HubGroups
+from .metrics import METRICS_TOKEN_KEY, install_global, metrics_handler, uninstall_global
+from .report_handlers import report_handlers
+from .ratelimit import TokenBucketLimiter
+from .scopes import HUB_SCOPES_KEY
 
 ENV_CONFIG = "GPUQUEUE_CONFIG"
 ENV_INVENTORY = "GPUQUEUE_INVENTORY"
 ENV_DB_URL = "GPUQUEUE_DB_URL"
+ENV_SERVICE_URL = "GPUQUEUE_SERVICE_URL"
+
+MODES = ("auto", "standalone", "hub-service", "hub-client")
+NO_TEAM_HINT = (
+    "ask a hub admin to add you to a JupyterHub group mapped to a LocalQueue "
+    "(c.GpuQueueApp.group_local_queues)"
+)
+
+
+def resolve_mode(mode: str, *, hub_service_name: str, service_url: Optional[str], environ) -> str:
+    """The mode to run in: ``mode`` itself unless it is ``"auto"`` (see the module docstring)."""
+    if mode != "auto":
+        return mode
+    if environ.get("JUPYTERHUB_SERVICE_NAME"):
+        # a hub-managed service: ours, or someone else's jupyterhub-singleuser service that has
+        # this extension installed too (that one keeps a private standalone queue)
+        return "hub-service" if environ["JUPYTERHUB_SERVICE_NAME"] == hub_service_name else "standalone"
+    if environ.get("JUPYTERHUB_API_TOKEN") and (service_url or environ.get(ENV_SERVICE_URL)):
+        return "hub-client"
+    return "standalone"
 
 
 class GpuQueueApp(ExtensionApp):
@@ -50,7 +87,17 @@ class GpuQueueApp(ExtensionApp):
         ClusterQueues, Cohorts, LocalQueues, PriorityClasses, WorkloadPriorityClasses, Namespaces.
         Later files override earlier objects of the same kind and name. Empty: the paths in the
         GPUQUEUE_CONFIG environment variable (separated by os.pathsep), else the bundled demo
-        cluster.""",
+        cluster. Once an admin has changed the configuration (admin API or panel: quotas,
+        cohorts, priority classes, prices, import), the configuration stored in the ledger is
+        used instead of these files (and of `prices`) at every start, until
+        `discard_stored_config` is set.""",
+    ).tag(config=True)
+
+    discard_stored_config = Bool(
+        False,
+        help="""Drop the configuration admins stored in the ledger (and its prices) at startup,
+        so that `config_files` and `prices` apply again; the drop is written to the audit log.
+        Command line: `jupyter lab --GpuQueueApp.discard_stored_config=True`.""",
     ).tag(config=True)
 
     inventory_file = Unicode(
@@ -123,10 +170,91 @@ class GpuQueueApp(ExtensionApp):
         bodies are answered with 413 PayloadTooLarge.""",
     ).tag(config=True)
 
+    submit_rate_limit = Unicode(
+        "",
+        help="""Per-user limit on submissions (POST workloads) as a token bucket, e.g. "20/s",
+        "600/min" or "100/10s"; beyond it the answer is 429 TooManyRequests with Retry-After.
+        Empty: no limit. See also submit_rate_burst and max_pending_per_user.""",
+    ).tag(config=True)
+
+    submit_rate_burst = Int(
+        0,
+        help="""Submissions a user may make at once before submit_rate_limit applies (the
+        token bucket's size). 0: the rate's count (20 for "20/s").""",
+    ).tag(config=True)
+
+    max_pending_per_user = Int(
+        0,
+        help="""Most Pending workloads one user may have; a submission beyond it is answered
+        429 TooManyRequests naming this limit (nothing is queued). 0: no limit.""",
+    ).tag(config=True)
+
     cycle_interval = Float(
         0.5,
         help="""Seconds between the service's background scheduling cycles (it also runs one
         right after every change).""",
+    ).tag(config=True)
+
+    lease_preemption_grace_seconds = Float(
+        300.0,
+        help="""Seconds a notebook GPU lease (kind NotebookLease) chosen as a preemption victim
+        keeps its GPUs after the warning: it carries evictionDeadline and the user sees the time
+        left in JupyterLab; then it is released. 0: released at once.""",
+    ).tag(config=True)
+
+    lease_priority_class = Unicode(
+        "development",
+        allow_none=True,
+        help="""The PriorityClass or WorkloadPriorityClass of notebook GPU leases that name
+        none. It must exist in the cluster configuration (else lease submissions naming no
+        class are refused, field priorityClass). None: the same default as other submissions.""",
+    ).tag(config=True)
+
+    backend = CaselessStrEnum(
+        ["local", "kubernetes", "kueue"],
+        default_value="local",
+        help="""Where admitted jobs run (docs/kubernetes.md): "local" processes on this server,
+        "kubernetes" batch/v1 Jobs admitted by this queue, or "kueue" Jobs admitted by an
+        installed Kueue (positions from Kueue's visibility API). With a cluster backend the
+        inventory comes from the cluster's Nodes unless inventory_file is set.""",
+    ).tag(config=True)
+
+    kubeconfig = Unicode(
+        None, allow_none=True,
+        help="""kubeconfig file of the cluster backends. None: the in-cluster service account
+        when running in a pod, else $KUBECONFIG or ~/.kube/config.""",
+    ).tag(config=True)
+
+    kube_context = Unicode(None, allow_none=True, help="""kubeconfig context (None: current).""").tag(config=True)
+
+    kube_namespaces = Dict(
+        key_trait=Unicode(), value_trait=Unicode(),
+        help="""Team namespace (a LocalQueue's namespace) → cluster namespace its Jobs are created
+        in. Unlisted teams use their own name.""",
+    ).tag(config=True)
+
+    job_image = Unicode(
+        "python:3.12-slim",
+        help="""Container image of Jobs built from the submit form (the command runs in it).""",
+    ).tag(config=True)
+
+    job_pod_template = Dict(
+        help="""A partial PodSpec merged into Jobs built from the form and %%gpujob: e.g. the users'
+        home volume, so that the cell file and working directory the kernel saw exist in the job
+        ({"volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{owner_safe}"}}],
+        "containers": [{"volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}]}).
+        {owner} / {owner_safe} become the submitting user. With it, the job runs in the
+        submission's working directory.""",
+    ).tag(config=True)
+
+    volcano_gang = Bool(
+        False,
+        help="""Kubernetes backend: gang-schedule each Job's pods with Volcano (schedulerName
+        volcano and a PodGroup with minMember = the Job's parallelism).""",
+    ).tag(config=True)
+
+    kueue_api_version = Unicode(
+        "v1beta1", help="""Kueue backend: API version of Kueue's Workload and visibility APIs.""",
     ).tag(config=True)
 
     event_ping_interval = Float(
@@ -134,13 +262,127 @@ class GpuQueueApp(ExtensionApp):
         help="""Seconds between {"type": "ping"} messages on the event stream; 0 disables.""",
     ).tag(config=True)
 
+    mode = CaselessStrEnum(
+        MODES,
+        default_value="auto",
+        help="""Where the queue runs: "standalone" (in this server), "hub-service" (this server
+        is the JupyterHub-managed service; custom scopes enforced, teams from hub groups),
+        "hub-client" (a user's server forwarding to the service), or "auto" (detect from the
+        environment JupyterHub sets; see the module docstring).""",
+    ).tag(config=True)
+
+    hub_service_name = Unicode(
+        "gpuqueue",
+        help="""The name of the JupyterHub-managed service that runs the queue
+        (c.JupyterHub.services[].name); "auto" mode is hub-service in the service of this name.""",
+    ).tag(config=True)
+
+    service_url = Unicode(
+        None,
+        allow_none=True,
+        help="""hub-client mode: the base URL of the hub-managed service including its prefix,
+        e.g. "http://127.0.0.1:10101/services/gpuqueue/" (direct) or
+        "https://hub.example.org/services/gpuqueue/" (through the hub's proxy). None: the
+        GPUQUEUE_SERVICE_URL environment variable.""",
+    ).tag(config=True)
+
+    forward_timeout = Float(
+        30.0,
+        help="""hub-client mode: seconds to wait for the service per forwarded request (502
+        BadGateway when unreachable, 504 GatewayTimeout after this).""",
+    ).tag(config=True)
+
+    forward_local_paths = Bool(
+        True,
+        help="""hub-client mode: make relative "script" / "workingDir" of forwarded
+        SubmitRequests absolute against this server's root directory (and run commands there),
+        for a service that runs jobs on the same machine. Turn off when the service runs jobs
+        elsewhere (Kubernetes) and paths should pass unchanged.""",
+    ).tag(config=True)
+
+    group_local_queues = Dict(
+        key_trait=Unicode(),
+        value_trait=List(Unicode()),
+        help="""hub-service mode: teams from JupyterHub groups. Maps a group to the LocalQueues
+        ("namespace/name") its members may submit to, e.g. {"team-a": ["team-a/team-a-queue"]}.
+        A user in several groups picks among all their LocalQueues (the first is the default);
+        a user in none gets 403 naming the fix. Empty: teams come from user_local_queues only
+        (and with both empty every user may use every LocalQueue).""",
+    ).tag(config=True)
+
+    # -- costs (issue 6: budgets, spot flavors, utilization, metrics; docs/rest-api.md "Costs") ----
+
+    budgets = Dict(
+        key_trait=Unicode(),
+        help="""Monthly budgets per team (namespace), USD per UTC month, e.g.
+        {"team-a": {"monthlyUSD": 500, "warnAt": 0.8, "hard": true}}. At warnAt × monthlyUSD
+        (default 0.8) the team is warned (panel, status bar, %%gpujob widget); with "hard", once
+        monthlyUSD is spent new submissions wait with reason BudgetExceeded until the month ends,
+        the budget is raised, or an admin lifts the hold. Admins can change budgets through the
+        REST API (stored in the ledger; a stored budget wins over this one).""",
+    ).tag(config=True)
+
+    spot_flavors = List(
+        Unicode(),
+        help="""ResourceFlavors that are spot / preemptible capacity (give them their own price in
+        `prices`, and a nodeTaints entry so that only submissions with acceptSpot land there).
+        Jobs that accept spot get GPUQUEUE_SPOT and GPUQUEUE_PREEMPTION_NOTICE_FILE, and are sent
+        `spot_signal` `spot_grace_seconds` before they are stopped when preempted.""",
+    ).tag(config=True)
+
+    spot_signal = Unicode("SIGUSR1", help="""The preemption notice signal of spot jobs.""").tag(config=True)
+
+    spot_grace_seconds = Float(
+        30.0, help="""Seconds between a spot job's preemption notice and its SIGTERM.""",
+    ).tag(config=True)
+
+    utilization_interval = Float(
+        30.0,
+        help="""Seconds between NVML GPU-utilization samples of running jobs (only where the inventory
+        came from NVML); the reports' average utilization comes from them.""",
+    ).tag(config=True)
+
+    metrics_token = Unicode(
+        None,
+        allow_none=True,
+        help="""A bearer token that may read {base_url}gpuqueue/metrics (Prometheus:
+        `authorization: {credentials: ...}`) without a Jupyter login. None: the endpoint needs
+        the server's own authentication, like jupyter_server's /metrics.""",
+    ).tag(config=True)
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     _service_started = False
     service = None
+    resolved_mode: Optional[str] = None
+
+    def _resolve_mode(self) -> str:
+        if self.resolved_mode is None:
+            self.resolved_mode = resolve_mode(
+                self.mode,
+                hub_service_name=self.hub_service_name,
+                service_url=self.service_url,
+                environ=os.environ,
+            )
+        return self.resolved_mode
+
+    def _use_stored_config(self, service) -> None:
+        """The configuration admins applied (ledger) wins over the config files, unless discarded."""
+        if self.discard_stored_config:
+            n = service.discard_stored_config(actor="GpuQueueApp.discard_stored_config")
+            if n:
+                self.log.warning("jupyter_gpuqueue: discarded the stored admin configuration; using the config files")
+        elif service.load_stored_config():
+            self.log.info("jupyter_gpuqueue: using the configuration stored by admins (ledger), not the config files")
 
     def initialize_handlers(self) -> None:
+        if self._resolve_mode() == "hub-client":
+            self.handlers.extend(forward_handlers)  # every gpuqueue/api path goes to the service
+            return
         self.handlers.extend(default_handlers)
+        self.handlers.extend(admin_handlers)  # gpuqueue/api/admin/...: admin scope only
+        self.handlers.extend(report_handlers)  # reports, budgets (report_handlers.py)
+        self.handlers.append(metrics_handler)  # gpuqueue/metrics (metrics.py)
         self.handlers.append(events_handler)
         self.handlers.append(not_found_handler)  # must stay last: JSON 404 under gpuqueue/api/
 
@@ -155,22 +397,72 @@ class GpuQueueApp(ExtensionApp):
         """Build the QueueService. An invalid configuration is logged and every endpoint then
         answers 503 with the reason, instead of the extension silently missing."""
         self.service = None
+        mode = self._resolve_mode()
         self.settings.update(
             {
                 SERVICE_KEY: None,
+                FORWARDER_KEY: None,
                 MAX_BODY_KEY: self.max_body_bytes,
                 STANDALONE_USER_KEY: self.standalone_user,
                 PING_INTERVAL_KEY: self.event_ping_interval,
+                HUB_SCOPES_KEY: mode == "hub-service",
+                METRICS_TOKEN_KEY: self.metrics_token,
             }
         )
+        if mode == "hub-client":
+            self._initialize_client()
+            return
         try:
+            self.settings[SUBMIT_LIMITER_KEY] = TokenBucketLimiter.from_setting(
+                self.submit_rate_limit, self.submit_rate_burst)
             service = self._create_service()
+            service.configure_costs(  # budgets, spot flavors, NVML utilization (service_costs.py)
+                budgets=dict(self.budgets), spot_flavors=list(self.spot_flavors), spot_signal=self.spot_signal,
+                spot_grace_seconds=self.spot_grace_seconds, utilization_interval=self.utilization_interval)
+            if self.max_pending_per_user < 0:
+                raise ValidationError("must be ≥ 0 (0: no limit)", "max_pending_per_user")
+            service.max_pending_per_user = self.max_pending_per_user
+            self._use_stored_config(service)
+            if mode == "hub-service":
+                self._use_hub_teams(service)
         except GpuQueueError as e:
             self.log.error("jupyter_gpuqueue: the queue service cannot start: %s", e)
             self.settings[STARTUP_ERROR_KEY] = str(e)
             return
         self.service = service
         self.settings[SERVICE_KEY] = service
+
+    def _initialize_client(self) -> None:
+        """hub-client mode: no queue here, only a Forwarder to the hub-managed service."""
+        url = self.service_url or os.environ.get(ENV_SERVICE_URL) or ""
+        try:
+            root_dir = getattr(self.serverapp, "root_dir", None) or os.getcwd()
+            forwarder = Forwarder(
+                url,
+                os.environ.get("JUPYTERHUB_API_TOKEN", ""),
+                timeout=self.forward_timeout,
+                root_dir=os.path.expanduser(root_dir) if self.forward_local_paths else None,
+            )
+        except GpuQueueError as e:
+            self.log.error("jupyter_gpuqueue: hub-client mode cannot forward: %s", e)
+            self.settings[STARTUP_ERROR_KEY] = str(e)
+            return
+        self.settings[FORWARDER_KEY] = forwarder
+        self.log.info("jupyter_gpuqueue: hub-client mode, forwarding to %s", forwarder.api_url)
+
+    def _use_hub_teams(self, service) -> None:
+        """hub-service mode: enforce custom scopes (settings) and map hub groups to teams."""
+        service.mode = "hub-service"
+        groups = HubGroups()
+        self.settings[HUB_GROUPS_KEY] = groups
+        if self.group_local_queues:
+            service.use_group_teams(
+                {g: list(q) for g, q in self.group_local_queues.items()}, groups, hint=NO_TEAM_HINT
+            )
+        self.log.info(
+            "jupyter_gpuqueue: hub-service mode (scopes enforced; teams from %d hub group(s))",
+            len(self.group_local_queues),
+        )
 
     def _create_service(self):
         from ..service import create_service
@@ -192,6 +484,13 @@ class GpuQueueApp(ExtensionApp):
                 else None
             ),
             cycle_interval=self.cycle_interval,
+            lease_preemption_grace_seconds=self.lease_preemption_grace_seconds,
+            lease_priority_class=self.lease_priority_class,
+            backend=self.backend,
+            kubernetes={"kubeconfig": self.kubeconfig, "context": self.kube_context, "image": self.job_image,
+                        "namespaces": dict(self.kube_namespaces), "volcano": self.volcano_gang,
+                        "pod_template": dict(self.job_pod_template),
+                        "kueue_version": self.kueue_api_version},
             logger=self.log,
         )
 
@@ -201,6 +500,7 @@ class GpuQueueApp(ExtensionApp):
         if service is None or self._service_started:
             return
         await service.start()
+        install_global(service)  # the server's /metrics reports this queue (metrics.py)
         self._service_started = True
         self.log.info("jupyter_gpuqueue: queue service started")
 
@@ -215,6 +515,7 @@ class GpuQueueApp(ExtensionApp):
         was_started, self._service_started = self._service_started, False
         if service is None:
             return
+        uninstall_global(service)
         await service.stop()
         if was_started:
             self.log.info("jupyter_gpuqueue: queue service stopped")

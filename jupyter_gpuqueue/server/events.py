@@ -24,6 +24,7 @@ from tornado import ioloop, web, websocket
 
 from ..errors import GpuQueueError
 from .handlers import API_PREFIX, AUTH_RESOURCE, SERVICE_KEY, resolve_user, service_or_error
+from .scopes import SUBMIT_SCOPE, require_scope
 
 PING_INTERVAL_KEY = "gpuqueue_event_ping_interval"
 DEFAULT_PING_INTERVAL = 30.0  # seconds
@@ -41,9 +42,11 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
     @ws_authenticated
     @authorized
     async def get(self, *args: Any, **kwargs: Any) -> None:
-        """Upgrade to a websocket (403 unless authenticated and authorized)."""
+        """Upgrade to a websocket (403 unless authenticated, authorized and, on the hub
+        service, holding ``custom:gpuqueue:submit``: events carry workloads)."""
         try:
             service_or_error(self.settings)
+            require_scope(self, SUBMIT_SCOPE)
         except GpuQueueError as e:
             raise web.HTTPError(e.status, str(e)) from None
         res = super().get(*args, **kwargs)

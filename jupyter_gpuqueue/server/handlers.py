@@ -6,6 +6,10 @@ are thin: they authenticate (``@web.authenticated``), authorize (``@authorized``
 :class:`~jupyter_gpuqueue.service.QueueService` on the event-loop thread, and write its JSON.
 Every :class:`~jupyter_gpuqueue.errors.GpuQueueError` becomes its HTTP status with the body
 ``{"message", "reason", "field"}``.
+
+On the hub service (``HUB_SCOPES_KEY``) the workload endpoints and ``estimate`` also require the
+JupyterHub scope ``custom:gpuqueue:submit`` (:mod:`.scopes`); the read-only views (info, queues,
+inventory, prices, openapi) need only access to the service.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from jupyter_server.auth.identity import (
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..errors import GpuQueueError, NotFound, PayloadTooLarge, ValidationError
+from ..errors import GpuQueueError, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
+from .scopes import ADMIN_SCOPE, SUBMIT_SCOPE, has_scope, require_scope
 
 AUTH_RESOURCE = "gpuqueue"
 """The resource name given to ``Authorizer.is_authorized`` for every GPU-queue endpoint."""
@@ -38,6 +43,8 @@ SERVICE_KEY = "gpuqueue_service"
 MAX_BODY_KEY = "gpuqueue_max_body_bytes"
 STANDALONE_USER_KEY = "gpuqueue_standalone_user"
 STARTUP_ERROR_KEY = "gpuqueue_startup_error"
+HUB_GROUPS_KEY = "gpuqueue_hub_groups"  # hub-service mode: a HubGroups, fed by resolve_user
+SUBMIT_LIMITER_KEY = "gpuqueue_submit_limiter"  # a ratelimit.TokenBucketLimiter, or None (no limit)
 
 WORKLOAD_STATES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Cancelled")
 YAML_CONTENT_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
@@ -76,7 +83,8 @@ def default_standalone_user() -> str:
 def resolve_user(handler: Any) -> str:
     """The queue user name for an authenticated request or websocket.
 
-    - JupyterHub single-user servers: the Hub user's name.
+    - JupyterHub single-user servers and the hub-managed service: the Hub user's name (in
+      hub-service mode the user's groups are recorded too, for teams from hub groups).
     - jupyter_server's own token/password identity providers (a standalone ``jupyter lab``): the
       ``standalone_user`` setting (by default the OS user running the server), because every
       client holding the server's token is its owner.
@@ -85,6 +93,9 @@ def resolve_user(handler: Any) -> str:
     user = handler.current_user
     hub_user = getattr(user, "hub_user", None)
     if isinstance(hub_user, dict) and hub_user.get("name"):
+        groups = handler.settings.get(HUB_GROUPS_KEY)
+        if groups is not None:
+            groups.remember(hub_user)
         return str(hub_user["name"])
     provider = handler.settings.get("identity_provider")
     if provider is not None and type(provider) in _SINGLE_USER_PROVIDERS:
@@ -217,6 +228,8 @@ class GpuQueueHandler(APIHandler):
         if exc is not None:
             self.set_status(exc.status)
             self.set_header("Content-Type", "application/json")
+            if isinstance(exc, TooManyRequests):
+                self.set_header("Retry-After", str(exc.retry_after_seconds))
             self.finish(json.dumps(exc.to_json()))
             return
         super().write_error(status_code, **kwargs)
@@ -235,8 +248,14 @@ class InfoHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def get(self):
-        """Info: the user, their LocalQueues, flavors, MIG profiles and priority classes."""
-        self.write_json(self.service.info(self.user))
+        """Info: the user, their LocalQueues, flavors, MIG profiles, priority classes, and
+        ``permissions`` ``{"submit": bool, "admin": bool}`` (the JupyterHub scopes held)."""
+        info = self.service.info(self.user)
+        info["permissions"] = {
+            "submit": has_scope(self, SUBMIT_SCOPE),
+            "admin": has_scope(self, ADMIN_SCOPE),
+        }
+        self.write_json(info)
 
 
 class WorkloadsHandler(GpuQueueHandler):
@@ -244,6 +263,7 @@ class WorkloadsHandler(GpuQueueHandler):
     @authorized
     async def get(self):
         """``{"items": [Workload]}`` newest first; ``?namespace=&state=A,B&mine=true``."""
+        require_scope(self, SUBMIT_SCOPE)
         namespace = self.get_query_argument("namespace", None) or None
         states: Optional[list[str]] = None
         raw_states = self.get_query_argument("state", None)
@@ -263,10 +283,14 @@ class WorkloadsHandler(GpuQueueHandler):
     @authorized
     async def post(self):
         """Submit: a SubmitRequest JSON, ``{"manifest": yaml}``, or a YAML body → 201."""
+        require_scope(self, SUBMIT_SCOPE)
+        limiter = self.settings.get(SUBMIT_LIMITER_KEY)
+        if limiter is not None:
+            limiter.take(self.user)  # 429 TooManyRequests + Retry-After beyond submit_rate_limit
         if self.is_yaml_body():
             text = self.body_text()
             check_manifest_text(text, "body")
-            self._created(self.service.submit_manifest(text, user=self.user))
+            self._created(await self.service.submit_manifest_async(text, user=self.user))
             return
         data = self.json_body()
         if "manifest" in data:
@@ -282,9 +306,10 @@ class WorkloadsHandler(GpuQueueHandler):
                     field=extra[0],
                 )
             check_manifest_text(text, "manifest")
-            self._created(self.service.submit_manifest(text, user=self.user))
+            self._created(await self.service.submit_manifest_async(text, user=self.user))
             return
-        workload = self.service.submit(data, user=self.user)
+        # Answered once the submission's group commit returned: acknowledged => durable.
+        workload = await self.service.submit_async(data, user=self.user)
         self._set_location(workload)
         self.write_json(workload, status=201)
 
@@ -311,12 +336,14 @@ class WorkloadHandler(GpuQueueHandler):
     @authorized
     async def get(self, namespace: str, name: str):
         """One Workload (404 NotFound)."""
+        require_scope(self, SUBMIT_SCOPE)
         self.write_json(self.service.get_workload(namespace, name))
 
     @web.authenticated
     @authorized
     async def delete(self, namespace: str, name: str):
         """Cancel (owner only: 403); answers the Workload, state Cancelled or unchanged."""
+        require_scope(self, SUBMIT_SCOPE)
         self.write_json(self.service.cancel(namespace, name, user=self.user))
 
 
@@ -325,6 +352,7 @@ class WorkloadLogsHandler(GpuQueueHandler):
     @authorized
     async def get(self, namespace: str, name: str):
         """``{"text", "offset", "nextOffset", "eof", "size"}`` of the job's output (owner only)."""
+        require_scope(self, SUBMIT_SCOPE)
         offset = self.int_argument("offset", 0)
         limit = self.int_argument("limit", 1 << 20, minimum=1)
         self.write_json(
@@ -337,6 +365,7 @@ class EstimateHandler(GpuQueueHandler):
     @authorized
     async def post(self):
         """Estimate the cost of a SubmitRequest (nothing is created)."""
+        require_scope(self, SUBMIT_SCOPE)
         self.write_json(self.service.estimate(self.json_body(), user=self.user))
 
 

@@ -131,6 +131,8 @@ export interface IInfo {
   priorityClasses: IPriorityClass[];
   defaultPriorityClass: string | null;
   pythonExecutable?: string;
+  /** The JupyterHub scopes the user holds (custom:gpuqueue:submit / custom:gpuqueue:admin). */
+  permissions?: { submit: boolean; admin: boolean };
 }
 
 export interface IQueueResource {
@@ -199,6 +201,72 @@ export interface ILogChunk {
   nextOffset: number;
   eof: boolean;
   size: number;
+}
+
+/** One quota of a ClusterQueue in the admin view (quantities as strings). */
+export interface IAdminQuota {
+  flavor: string;
+  resource: string;
+  nominalQuota: string;
+  borrowingLimit: string | null;
+  lendingLimit: string | null;
+  /** Kueue field path, e.g. `spec.resourceGroups[0].flavors[1].resources[2]`. */
+  path: string;
+}
+
+export interface IAdminClusterQueue {
+  name: string;
+  cohort: string | null;
+  queueingStrategy: string;
+  resources: IAdminQuota[];
+  localQueues: string[];
+}
+
+export interface IAdminPriorityClass {
+  name: string;
+  kind: 'PriorityClass' | 'WorkloadPriorityClass';
+  value: number;
+  description: string;
+  globalDefault: boolean;
+}
+
+export interface IAdminPrices extends IPrices {
+  effective: Array<{ flavor: string; usdPerGpuHour: number; source: string }>;
+}
+
+export interface IAdminConfig {
+  clusterQueues: IAdminClusterQueue[];
+  cohorts: string[];
+  resourceFlavors: string[];
+  priorityClasses: IAdminPriorityClass[];
+  prices: IAdminPrices;
+  stored: { updatedAt: number; updatedBy: string } | null;
+}
+
+export interface IQuotaPatch {
+  flavor: string;
+  resource: string;
+  nominalQuota?: string;
+  borrowingLimit?: string | null;
+  lendingLimit?: string | null;
+}
+
+export interface IImportResult {
+  dryRun: boolean;
+  summary: Record<string, number>;
+  ignored: string[];
+  warnings: string[];
+  auditId?: number;
+}
+
+export interface IAuditEntry {
+  id: number;
+  at: number;
+  actor: string;
+  operation: string;
+  target: string;
+  before: any;
+  after: any;
 }
 
 /** An event of the websocket `gpuqueue/api/events`. */
@@ -344,6 +412,72 @@ export class GpuQueueClient {
 
   inventory(): Promise<IInventory> {
     return this.request<IInventory>('inventory');
+  }
+
+  // -- admin (scope custom:gpuqueue:admin) ---------------------------------------------------
+
+  adminConfig(): Promise<IAdminConfig> {
+    return this.request<IAdminConfig>('admin/config');
+  }
+
+  /** The whole configuration as Kueue YAML (the export). */
+  async exportKueue(): Promise<string> {
+    const url = URLExt.join(this.serverSettings.baseUrl, API_NAMESPACE, 'admin/config') + '?format=yaml';
+    const response = await ServerConnection.makeRequest(
+      url,
+      { headers: { Accept: 'application/yaml' } },
+      this.serverSettings
+    );
+    const text = await response.text();
+    if (!response.ok) {
+      let body: any = {};
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = {};
+      }
+      throw new ApiError(body.message || `HTTP ${response.status}`, response.status, body.reason, body.field);
+    }
+    return text;
+  }
+
+  importKueue(yaml: string, dryRun = false): Promise<IImportResult> {
+    return this.request<IImportResult>(
+      'admin/import',
+      { method: 'POST', body: JSON.stringify({ yaml }) },
+      dryRun ? { dryRun: true } : undefined
+    );
+  }
+
+  patchClusterQueue(
+    name: string,
+    patch: { cohort?: string | null; resources?: IQuotaPatch[] }
+  ): Promise<IAdminConfig> {
+    return this.request<IAdminConfig>(`admin/cluster-queues/${encodeURIComponent(name)}`, {
+      method: 'PATCH',
+      body: JSON.stringify(patch)
+    });
+  }
+
+  patchPriorityClass(
+    name: string,
+    patch: { value?: number; description?: string; kind?: string }
+  ): Promise<IAdminConfig> {
+    return this.request<IAdminConfig>(`admin/priority-classes/${encodeURIComponent(name)}`, {
+      method: 'PATCH',
+      body: JSON.stringify(patch)
+    });
+  }
+
+  setPrices(prices: { flavors: Record<string, number>; default: number }): Promise<IAdminPrices> {
+    return this.request<IAdminPrices>('admin/prices', {
+      method: 'PUT',
+      body: JSON.stringify(prices)
+    });
+  }
+
+  audit(limit = 50): Promise<{ items: IAuditEntry[]; total: number }> {
+    return this.request<{ items: IAuditEntry[]; total: number }>('admin/audit', {}, { limit });
   }
 
   /** The websocket URL of the event stream, with `?token=` when the settings ask for it. */

@@ -15,8 +15,10 @@ import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { GpuQueueClient } from './api';
+import { watchLeaseEvictions } from './leaseWarning';
 import { gpuQueueIcon } from './icon';
 import { QueueModel } from './model';
+import { addStatusBarItem } from './statusbar';
 import { GpuQueuePanel, PANEL_ID } from './widget';
 
 const PLUGIN_ID = 'jupyter-gpuqueue:plugin';
@@ -77,6 +79,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (restorer) {
       restorer.add(panel, 'jupyter-gpuqueue');
     }
+    // Warn before a preempted notebook GPU lease is released (leaseWarning.ts).
+    watchLeaseEvictions(model, client);
+    // "GPU · #3 · 2 running · $4.20" in the status bar (statusbar.tsx).
+    addStatusBarItem(app, model, PANEL_ID);
 
     if (settingRegistry) {
       settingRegistry

@@ -6,7 +6,10 @@ import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
 import { Signal } from '@lumino/signaling';
 
 import { IWorkload, workloadKey } from './api';
+import { AdminView } from './components/admin/AdminView';
 import { Availability, TeamQueue } from './components/Availability';
+import { CostsView } from './components/costs/CostsView';
+import { MigGrid } from './components/costs/MigGrid';
 import { JobList } from './components/JobList';
 import { IFormPrefill, SubmitForm } from './components/SubmitForm';
 import { gpuQueueIcon } from './icon';
@@ -126,10 +129,19 @@ function PanelView(props: {
       </Section>
       <Section id="availability" title="Availability">
         <Availability summary={model.inventory?.summary ?? null} />
+        <MigGrid inventory={model.inventory} />
+      </Section>
+      <Section id="costs" title="Costs">
+        <CostsView model={model} />
       </Section>
       <Section id="team" title="Team queue">
         <TeamQueue queues={model.queues} info={info} />
       </Section>
+      {info?.permissions?.admin && (
+        <Section id="admin" title="Admin" defaultOpen={false}>
+          <AdminView model={model} />
+        </Section>
+      )}
     </div>
   );
 }

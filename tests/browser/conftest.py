@@ -93,6 +93,9 @@ def jp_server_config(jp_server_config, lab_extensions_dir, jp_config_dir):
     config["ServerApp"] = server
     lab = dict(config.get("LabApp", {}))
     lab["extra_labextensions_path"] = [str(lab_extensions_dir)]
+    # LabApp's default workspaces_dir is computed once, at import: without this, every test's
+    # JupyterLab would restore the layout the previous test left (e.g. another sidebar open).
+    lab["workspaces_dir"] = str(Path(jp_config_dir) / "lab" / "workspaces")
     config["LabApp"] = lab
     # No "Would you like to get notified about official Jupyter news?" toast over the panel.
     settings = Path(jp_config_dir) / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
@@ -114,3 +117,16 @@ def lab_url(started, jp_fetch, jp_http_port, jp_base_url) -> str:
 def chromium_launch_args() -> dict:
     """Arguments of ``playwright.chromium.launch``: the system Chromium, headless."""
     return {"executable_path": CHROMIUM, "headless": True}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_static_file_cache():
+    """jupyter_server's ``FileFindHandler`` caches file lookups by URL path in a class attribute
+    (``_static_paths``), across servers: a second JupyterLab started in this process would look up
+    ``lab/extensions/jupyter-gpuqueue/static/…`` in the first test's (tmp) labextension folder and
+    answer 403, so the panel never loads. Forget them around each test."""
+    from jupyter_server.base.handlers import FileFindHandler
+
+    FileFindHandler._static_paths.clear()
+    yield
+    FileFindHandler._static_paths.clear()

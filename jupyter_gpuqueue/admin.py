@@ -1,0 +1,576 @@
+"""Admin configuration editing: the live ClusterConfig as Kueue YAML, and changes to it.
+
+Pure functions (no I/O, no Tornado, no SQL): the REST handlers and the CLI call them, and
+:meth:`jupyter_gpuqueue.service.QueueService.apply_config` applies what they return.
+
+Every change goes the same way, so that Kueue's own rules apply to it:
+
+1. the current configuration becomes Kueue documents (:func:`config_to_documents`), the dicts
+   ``kubectl get -o yaml`` would show, in apiVersion ``kueue.x-k8s.io/v1beta1``;
+2. the change edits those documents (:func:`patch_cluster_queue`, :func:`patch_priority_class`) or
+   replaces them all (:func:`load_import`);
+3. the documents are loaded back with :func:`jupyter_gpuqueue.engine.manifests.load_documents`,
+   i.e. validated exactly as Kueue's CRD schemas and webhooks would (``borrowingLimit`` without a
+   cohort is ``spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit: Invalid value: 2:
+   must be nil when cohort is empty``, from the CEL rule in
+   ``apis/kueue/v1beta1/clusterqueue_types.go``), and the result is the new ``ClusterConfig``.
+
+A rejected change raises :class:`~jupyter_gpuqueue.errors.ValidationError` (400) whose ``field``
+is the Kueue field path (or the request field, for a malformed request) and whose message says
+which object and why; :class:`~jupyter_gpuqueue.errors.NotFound` (404) for an unknown object.
+Nothing is changed then: these functions never modify their inputs.
+
+Units: quotas are Kubernetes quantities (``"4"`` GPUs, ``"500m"`` cpu, ``"64Gi"`` memory); prices
+are USD per GPU-hour per ResourceFlavor.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Optional
+
+import yaml
+
+from .engine import model
+from .engine.errors import ManifestError
+from .engine.manifests import Manifests, load_documents, parse_yaml_documents
+from .engine.quantity import format_quantity
+from .errors import NotFound, ValidationError
+from .ledger.pricing import Prices
+
+KUEUE_API = "kueue.x-k8s.io/v1beta1"
+SCHEDULING_API = "scheduling.k8s.io/v1"
+CONFIG_API = "config.kueue.x-k8s.io/v1beta1"
+SOURCE = "admin"
+
+_QUOTA_FIELDS = ("nominalQuota", "borrowingLimit", "lendingLimit")
+
+__all__ = [
+    "config_to_documents",
+    "documents_to_yaml",
+    "config_to_yaml",
+    "load_config_documents",
+    "load_config_text",
+    "load_import",
+    "config_view",
+    "patch_cluster_queue",
+    "patch_priority_class",
+    "prices_from_request",
+    "prices_view",
+    "config_summary",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# ClusterConfig → Kueue documents
+
+
+def _meta(name: str, namespace: Optional[str] = None, labels: Optional[dict] = None) -> dict:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if labels:
+        meta["labels"] = dict(labels)
+    return meta
+
+
+def _weight(value: float) -> Any:
+    """A fair-sharing weight as a Kubernetes quantity (``1``, ``"0.5"``), exact for what the
+    loader produced (it stores ``float(Fraction)``)."""
+    if float(value).is_integer():
+        return int(value)
+    return repr(float(value))
+
+
+def _selector(sel: model.LabelSelector) -> dict:
+    out: dict[str, Any] = {}
+    if sel.match_labels:
+        out["matchLabels"] = dict(sel.match_labels)
+    if sel.match_expressions:
+        exprs = []
+        for e in sel.match_expressions:
+            item: dict[str, Any] = {"key": e.key, "operator": e.operator}
+            if e.values:
+                item["values"] = list(e.values)
+            exprs.append(item)
+        out["matchExpressions"] = exprs
+    return out
+
+
+def _resource_groups(groups: list[model.ResourceGroup]) -> list[dict]:
+    out = []
+    for rg in groups:
+        flavors = []
+        for fq in rg.flavors:
+            resources = []
+            for rq in fq.resources:
+                item: dict[str, Any] = {"name": rq.name, "nominalQuota": format_quantity(rq.name, rq.nominal_quota)}
+                if rq.borrowing_limit is not None:
+                    item["borrowingLimit"] = format_quantity(rq.name, rq.borrowing_limit)
+                if rq.lending_limit is not None:
+                    item["lendingLimit"] = format_quantity(rq.name, rq.lending_limit)
+                resources.append(item)
+            flavors.append({"name": fq.name, "resources": resources})
+        out.append({"coveredResources": list(rg.covered_resources), "flavors": flavors})
+    return out
+
+
+def _toleration(t: model.Toleration) -> dict:
+    out: dict[str, Any] = {}
+    if t.key:
+        out["key"] = t.key
+    out["operator"] = t.operator
+    if t.value:
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+def _cluster_queue_doc(cq: model.ClusterQueue) -> dict:
+    spec: dict[str, Any] = {}
+    if cq.cohort:
+        spec["cohort"] = cq.cohort
+    if cq.namespace_selector is not None:
+        spec["namespaceSelector"] = _selector(cq.namespace_selector)
+    spec["queueingStrategy"] = cq.queueing_strategy
+    pre = cq.preemption
+    preemption: dict[str, Any] = {
+        "reclaimWithinCohort": pre.reclaim_within_cohort,
+        "withinClusterQueue": pre.within_cluster_queue,
+    }
+    bwc = pre.borrow_within_cohort
+    if bwc.policy != model.NEVER or bwc.max_priority_threshold is not None:
+        preemption["borrowWithinCohort"] = {"policy": bwc.policy}
+        if bwc.max_priority_threshold is not None:
+            preemption["borrowWithinCohort"]["maxPriorityThreshold"] = bwc.max_priority_threshold
+    spec["preemption"] = preemption
+    ff = cq.flavor_fungibility
+    if (ff.when_can_borrow, ff.when_can_preempt) != (model.BORROW, model.TRY_NEXT_FLAVOR):
+        spec["flavorFungibility"] = {"whenCanBorrow": ff.when_can_borrow, "whenCanPreempt": ff.when_can_preempt}
+    if cq.fair_sharing_weight != 1.0:
+        spec["fairSharing"] = {"weight": _weight(cq.fair_sharing_weight)}
+    if cq.stop_policy != "None":
+        spec["stopPolicy"] = cq.stop_policy
+    spec["resourceGroups"] = _resource_groups(cq.resource_groups)
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": _meta(cq.name), "spec": spec}
+
+
+def config_to_documents(config: model.ClusterConfig) -> list[dict]:
+    """The whole configuration as Kubernetes objects, in apply order.
+
+    Namespaces (``v1``), ResourceFlavors, Cohorts (only those with a quota or a parent: a cohort
+    named only by ``spec.cohort`` is implicit in Kueue), ClusterQueues, LocalQueues,
+    PriorityClasses (``scheduling.k8s.io/v1``), WorkloadPriorityClasses, each sorted by name; then,
+    only when fair sharing is enabled, Kueue's ``config.kueue.x-k8s.io/v1beta1`` Configuration
+    (which belongs in the kueue-manager ConfigMap, not ``kubectl apply``).
+
+    Loading these documents back with ``engine.manifests.load_documents`` gives a ClusterConfig
+    equal to ``config`` (the round trip is exact). Returns new dicts; ``config`` is not touched.
+    """
+    docs: list[dict] = []
+    for name in sorted(config.namespaces):
+        ns = config.namespaces[name]
+        docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(name, labels=ns.labels)})
+    for name in sorted(config.resource_flavors):
+        fl = config.resource_flavors[name]
+        spec: dict[str, Any] = {}
+        if fl.node_labels:
+            spec["nodeLabels"] = dict(fl.node_labels)
+        if fl.node_taints:
+            spec["nodeTaints"] = [
+                {"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect} for t in fl.node_taints
+            ]
+        if fl.tolerations:
+            spec["tolerations"] = [_toleration(t) for t in fl.tolerations]
+        docs.append({"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _meta(name), "spec": spec})
+    for name in sorted(config.cohorts):
+        co = config.cohorts[name]
+        spec = {}
+        if co.parent:
+            spec["parentName"] = co.parent
+        if co.resource_groups:
+            spec["resourceGroups"] = _resource_groups(co.resource_groups)
+        if co.fair_sharing_weight != 1.0:
+            spec["fairSharing"] = {"weight": _weight(co.fair_sharing_weight)}
+        docs.append({"apiVersion": KUEUE_API, "kind": "Cohort", "metadata": _meta(name), "spec": spec})
+    for name in sorted(config.cluster_queues):
+        docs.append(_cluster_queue_doc(config.cluster_queues[name]))
+    for key in sorted(config.local_queues):
+        lq = config.local_queues[key]
+        docs.append({"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": _meta(lq.name, lq.namespace),
+                     "spec": {"clusterQueue": lq.cluster_queue}})
+    for name in sorted(config.priority_classes):
+        pc = config.priority_classes[name]
+        doc: dict[str, Any] = {"apiVersion": SCHEDULING_API, "kind": "PriorityClass", "metadata": _meta(name),
+                               "value": pc.value}
+        if pc.global_default:
+            doc["globalDefault"] = True
+        if pc.preemption_policy != "PreemptLowerPriority":
+            doc["preemptionPolicy"] = pc.preemption_policy
+        if pc.description:
+            doc["description"] = pc.description
+        docs.append(doc)
+    for name in sorted(config.workload_priority_classes):
+        pc = config.workload_priority_classes[name]
+        doc = {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": _meta(name), "value": pc.value}
+        if pc.description:
+            doc["description"] = pc.description
+        docs.append(doc)
+    if config.fair_sharing.enable:
+        docs.append({"apiVersion": CONFIG_API, "kind": "Configuration",
+                     "fairSharing": {"enable": True,
+                                     "preemptionStrategies": list(config.fair_sharing.preemption_strategies)}})
+    return docs
+
+
+def documents_to_yaml(docs: list[dict], header: str = "") -> str:
+    """A multi-document YAML stream (``---`` between documents), keys in Kubernetes order.
+    ``header``: comment lines put first (each line gets ``# ``)."""
+    lines = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    body = yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return lines + body
+
+
+def config_to_yaml(config: model.ClusterConfig, header: str = "") -> str:
+    """:func:`config_to_documents` as YAML text (what ``export`` answers and the ledger stores)."""
+    return documents_to_yaml(config_to_documents(config), header)
+
+
+# ---------------------------------------------------------------------------------------------
+# Documents → validated ClusterConfig
+
+
+def _invalid(exc: ManifestError) -> ValidationError:
+    return ValidationError(str(exc), field=exc.field or "manifest")
+
+
+def load_config_documents(docs: list[dict], source: str = SOURCE) -> Manifests:
+    """Validate configuration documents as Kueue would; returns the engine's :class:`Manifests`.
+
+    Raises ValidationError (field: the Kueue field path; message: ``<source>: document <i>:
+    <Kind>/<name>: <field>: <reason>``) for anything Kueue rejects, and for documents that are
+    workloads (batch/v1 Jobs with a queue-name label, Kueue Workloads, ...): configuration changes
+    take configuration kinds only, workloads are submitted (``POST .../workloads``).
+    """
+    try:
+        m = load_documents(docs, source)
+    except ManifestError as exc:
+        raise _invalid(exc) from None
+    if m.workloads:
+        keys = ", ".join(w.key for w in m.workloads[:5])
+        raise ValidationError(
+            f"the configuration holds workloads ({keys}); it may contain only ResourceFlavors, "
+            "ClusterQueues, Cohorts, LocalQueues, PriorityClasses, WorkloadPriorityClasses, Namespaces "
+            "and a Kueue Configuration. Submit workloads through the queue instead.",
+            field="kind",
+        )
+    return m
+
+
+def load_config_text(text: str, source: str = SOURCE) -> Manifests:
+    """Parse Kueue YAML and validate it as configuration (:func:`load_config_documents`).
+    Raises ValidationError naming the field path (invalid YAML: the line and column)."""
+    try:
+        docs = parse_yaml_documents(text, source)
+    except ManifestError as exc:
+        raise _invalid(exc) from None
+    return load_config_documents(docs, source)
+
+
+def load_import(text: str, source: str = "import") -> Manifests:
+    """Parse and validate a whole configuration to import (it replaces the current one).
+
+    ``text``: Kueue YAML, several documents. Raises ValidationError naming the Kueue field path
+    and the reason for anything Kueue would reject (invalid YAML, a repeated key, an unknown field,
+    ``borrowingLimit`` without a cohort, ...), for workloads in the stream, and for a configuration
+    with no ClusterQueue or no LocalQueue (an import replaces everything; one without queues would
+    leave no queue to submit to). Documents of other kinds (ResourceQuota, LimitRange, ...) are
+    returned in ``Manifests.ignored``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationError("the configuration to import is empty", field="body")
+    m = load_config_text(text, source)
+    if not m.config.cluster_queues:
+        raise ValidationError(
+            "an import replaces the whole configuration, and this one has no ClusterQueue "
+            f"(ignored: {', '.join(m.ignored) or 'nothing'})",
+            field="kind",
+        )
+    if not m.config.local_queues:
+        raise ValidationError(
+            "an import replaces the whole configuration, and this one has no LocalQueue to submit to",
+            field="kind",
+        )
+    return m
+
+
+def _find(docs: list[dict], kind: str, name: str) -> Optional[dict]:
+    for doc in docs:
+        if doc.get("kind") == kind and doc.get("metadata", {}).get("name") == name:
+            return doc
+    return None
+
+
+def _quantity_input(value: Any, field: str) -> Any:
+    """A quota value from a request: a quantity string or a number, passed to the loader as is
+    (it validates it as Kubernetes does); anything else is refused here, naming the field."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValidationError(
+            f"must be a Kubernetes quantity such as \"4\", \"500m\" or \"64Gi\", got {json.dumps(value)}",
+            field=field,
+        )
+    if isinstance(value, str):
+        value = value.strip()
+    return value
+
+
+def patch_cluster_queue(config: model.ClusterConfig, name: str, patch: Any) -> tuple[model.ClusterConfig, dict, dict]:
+    """Change a ClusterQueue's cohort and its quotas per flavor and resource.
+
+    ``patch``: ``{"cohort": "research" | null, "resources": [{"flavor": "nvidia-a100", "resource":
+    "nvidia.com/gpu", "nominalQuota": "4", "borrowingLimit": "2" | null, "lendingLimit": null}]}``;
+    every key is optional; an absent key keeps the value, ``null`` removes a borrowingLimit or
+    lendingLimit (unlimited / lend everything) or the cohort. Quotas are Kubernetes quantities in
+    the resource's unit (GPUs, MIG slices, cores, bytes).
+
+    Returns ``(new_config, before, after)``, where before/after are the ClusterQueue's documents
+    (for the audit log). Raises NotFound(field="name") for an unknown ClusterQueue,
+    ValidationError naming the request field (``resources[1].flavor``) for a malformed request or
+    a flavor/resource the ClusterQueue does not have, and ValidationError naming the Kueue field
+    path for what Kueue rejects (e.g. ``spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit``
+    set without a cohort; ``lendingLimit`` above ``nominalQuota``; a negative quota).
+    """
+    if not isinstance(patch, dict):
+        raise ValidationError("must be a JSON object", field="body")
+    unknown = sorted(set(patch) - {"cohort", "resources"})
+    if unknown:
+        raise ValidationError("unknown field; a ClusterQueue patch takes cohort and resources", field=unknown[0])
+    if name not in config.cluster_queues:
+        raise NotFound(f"no ClusterQueue {name}", field="name")
+    docs = config_to_documents(config)
+    doc = _find(docs, "ClusterQueue", name)
+    before = copy.deepcopy(doc)
+    spec = doc["spec"]
+    if "cohort" in patch:
+        cohort = patch["cohort"]
+        if cohort is not None and not isinstance(cohort, str):
+            raise ValidationError(f"must be a cohort name or null, got {json.dumps(cohort)}", field="cohort")
+        cohort = (cohort or "").strip()
+        if cohort:
+            spec["cohort"] = cohort
+        else:
+            spec.pop("cohort", None)
+        # keep Kubernetes' field order: cohort first
+        doc["spec"] = spec = {**({"cohort": spec.pop("cohort")} if "cohort" in spec else {}), **spec}
+    resources = patch.get("resources", [])
+    if not isinstance(resources, list):
+        raise ValidationError("must be a list of {flavor, resource, nominalQuota, borrowingLimit, lendingLimit}",
+                              field="resources")
+    for i, change in enumerate(resources):
+        where = f"resources[{i}]"
+        if not isinstance(change, dict):
+            raise ValidationError("must be an object", field=where)
+        extra = sorted(set(change) - {"flavor", "resource", *_QUOTA_FIELDS})
+        if extra:
+            raise ValidationError(f"unknown field; expected flavor, resource, {', '.join(_QUOTA_FIELDS)}",
+                                  field=f"{where}.{extra[0]}")
+        flavor, resource = change.get("flavor"), change.get("resource")
+        if not isinstance(flavor, str) or not flavor:
+            raise ValidationError("the ResourceFlavor name is required", field=f"{where}.flavor")
+        if not isinstance(resource, str) or not resource:
+            raise ValidationError("the resource name is required", field=f"{where}.resource")
+        target = None
+        for rg in spec["resourceGroups"]:
+            for fq in rg["flavors"]:
+                if fq["name"] != flavor:
+                    continue
+                for rq in fq["resources"]:
+                    if rq["name"] == resource:
+                        target = rq
+        if target is None:
+            offered = sorted({f"{fq['name']}/{rq['name']}" for rg in spec["resourceGroups"]
+                              for fq in rg["flavors"] for rq in fq["resources"]})
+            raise ValidationError(
+                f"ClusterQueue {name} has no quota for {resource} in flavor {flavor} (it has: {', '.join(offered)}); "
+                "add flavors and resources by importing a configuration",
+                field=f"{where}.flavor",
+            )
+        for key in _QUOTA_FIELDS:
+            if key not in change:
+                continue
+            value = change[key]
+            if value is None or (isinstance(value, str) and not value.strip()):
+                if key == "nominalQuota":
+                    raise ValidationError("nominalQuota is required (0 for none)", field=f"{where}.nominalQuota")
+                target.pop(key, None)
+            else:
+                target[key] = _quantity_input(value, f"{where}.{key}")
+    m = load_config_documents(docs)
+    after = _find(config_to_documents(m.config), "ClusterQueue", name)
+    return m.config, before, after
+
+
+def patch_priority_class(config: model.ClusterConfig, name: str, patch: Any) -> tuple[model.ClusterConfig, dict, dict]:
+    """Change a priority class's ``value`` (an int32 priority; larger is more important) and/or
+    ``description``.
+
+    ``patch``: ``{"value": 20000, "description": "...", "kind": "WorkloadPriorityClass"}``; ``kind``
+    picks between a WorkloadPriorityClass and a PriorityClass of the same name (default: the
+    WorkloadPriorityClass, which Kueue's ``kueue.x-k8s.io/priority-class`` label resolves first).
+    As in Kueue, a new value applies to workloads submitted from now on; queued and admitted
+    workloads keep the priority they were given ("Changing value doesn't affect existing
+    workloads", WorkloadPriorityClass in ``apis/kueue/v1beta1/workloadpriorityclass_types.go``).
+    Kubernetes forbids updating a PriorityClass's ``value`` in place (``ValidatePriorityClassUpdate``
+    in ``pkg/apis/scheduling/validation``); here the object is replaced, as ``kubectl replace
+    --force`` or an import would.
+
+    Returns ``(new_config, before, after)``. Raises NotFound(field="name"), ValidationError naming
+    the request field, or the Kueue/Kubernetes field (``value``: above 1000000000 is forbidden for a
+    user-defined PriorityClass, ``pkg/apis/scheduling/validation``).
+    """
+    if not isinstance(patch, dict):
+        raise ValidationError("must be a JSON object", field="body")
+    unknown = sorted(set(patch) - {"value", "description", "kind"})
+    if unknown:
+        raise ValidationError("unknown field; a priority class patch takes value, description and kind",
+                              field=unknown[0])
+    kind = patch.get("kind")
+    if kind is None:
+        kind = "WorkloadPriorityClass" if name in config.workload_priority_classes else "PriorityClass"
+    if kind not in ("WorkloadPriorityClass", "PriorityClass"):
+        raise ValidationError("must be WorkloadPriorityClass or PriorityClass", field="kind")
+    table = config.workload_priority_classes if kind == "WorkloadPriorityClass" else config.priority_classes
+    if name not in table:
+        raise NotFound(f"no {kind} {name}", field="name")
+    docs = config_to_documents(config)
+    doc = _find(docs, kind, name)
+    before = copy.deepcopy(doc)
+    if "value" in patch:
+        doc["value"] = patch["value"]
+    if "description" in patch:
+        desc = patch["description"]
+        if desc is None or desc == "":
+            doc.pop("description", None)
+        else:
+            doc["description"] = desc
+    m = load_config_documents(docs)
+    after = _find(config_to_documents(m.config), kind, name)
+    return m.config, before, after
+
+
+def prices_from_request(config: model.ClusterConfig, body: Any) -> Prices:
+    """The price list of ``PUT admin/prices``: ``{"flavors": {flavor: USD per GPU-hour},
+    "default": USD per GPU-hour, "migSlicesPerGpu": 7}`` (``currency`` "USD" optional).
+
+    It replaces the whole list. Raises ValidationError naming ``flavors.<name>`` for a negative or
+    non-numeric price or a flavor that is not a ResourceFlavor of the configuration, ``default``,
+    ``migSlicesPerGpu`` or the unknown key."""
+    if not isinstance(body, dict):
+        raise ValidationError("must be a JSON object", field="body")
+    flavors = body.get("flavors", {})
+    if not isinstance(flavors, dict):
+        raise ValidationError("must be an object of flavor name to USD per GPU-hour", field="flavors")
+    for flavor in flavors:
+        if flavor not in config.resource_flavors:
+            raise ValidationError(
+                f"no ResourceFlavor {flavor} in the configuration (known: {', '.join(sorted(config.resource_flavors))})",
+                field=f"flavors.{flavor}",
+            )
+    return Prices.from_json(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Views (JSON for the admin API and the panel)
+
+
+def prices_view(config: model.ClusterConfig, prices: Prices) -> dict:
+    """The price list plus the effective USD per GPU-hour of every ResourceFlavor:
+    ``{"currency", "flavors", "default", "migSlicesPerGpu", "effective": [{"flavor",
+    "usdPerGpuHour", "source": "listed" | "base flavor" | "default"}]}``."""
+    out = prices.to_json()
+    effective = []
+    for flavor in sorted(config.resource_flavors):
+        if flavor in prices.per_flavor:
+            source = "listed"
+        elif flavor.endswith("-mig") and flavor[: -len("-mig")] in prices.per_flavor:
+            source = "base flavor"
+        else:
+            source = "default"
+        effective.append({"flavor": flavor, "usdPerGpuHour": prices.price(flavor), "source": source})
+    out["effective"] = effective
+    return out
+
+
+def _quota_json(resource: str, value: Optional[int]) -> Optional[str]:
+    return None if value is None else format_quantity(resource, value)
+
+
+def config_view(config: model.ClusterConfig, prices: Prices) -> dict:
+    """The JSON view of ``GET admin/config`` (``AdminConfig`` in openapi.yaml).
+
+    ClusterQueues list every quota as ``{"flavor", "resource", "nominalQuota", "borrowingLimit",
+    "lendingLimit", "path"}`` (quantities as strings, limits null when unset; ``path`` is the Kueue
+    field path of that quota, e.g. ``spec.resourceGroups[0].flavors[1].resources[2]``, which is how
+    a validation error's ``field`` is matched to it)."""
+    cqs = []
+    for name in sorted(config.cluster_queues):
+        cq = config.cluster_queues[name]
+        resources = []
+        for gi, rg in enumerate(cq.resource_groups):
+            for fi, fq in enumerate(rg.flavors):
+                for ri, rq in enumerate(fq.resources):
+                    resources.append({
+                        "flavor": fq.name,
+                        "resource": rq.name,
+                        "nominalQuota": format_quantity(rq.name, rq.nominal_quota),
+                        "borrowingLimit": _quota_json(rq.name, rq.borrowing_limit),
+                        "lendingLimit": _quota_json(rq.name, rq.lending_limit),
+                        "path": f"spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}]",
+                    })
+        cqs.append({
+            "name": name,
+            "cohort": cq.cohort,
+            "queueingStrategy": cq.queueing_strategy,
+            "preemption": {
+                "withinClusterQueue": cq.preemption.within_cluster_queue,
+                "reclaimWithinCohort": cq.preemption.reclaim_within_cohort,
+            },
+            "resources": resources,
+            "localQueues": sorted(k for k, lq in config.local_queues.items() if lq.cluster_queue == name),
+        })
+    pcs = []
+    for kind, table in (("PriorityClass", config.priority_classes),
+                        ("WorkloadPriorityClass", config.workload_priority_classes)):
+        for pc in table.values():
+            pcs.append({"name": pc.name, "kind": kind, "value": pc.value, "description": pc.description,
+                        "globalDefault": pc.global_default})
+    pcs.sort(key=lambda p: (-p["value"], p["name"]))
+    cohorts = sorted({cq.cohort for cq in config.cluster_queues.values() if cq.cohort} | set(config.cohorts))
+    return {
+        "clusterQueues": cqs,
+        "cohorts": cohorts,
+        "resourceFlavors": sorted(config.resource_flavors),
+        "localQueues": [
+            {"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue}
+            for _, lq in sorted(config.local_queues.items())
+        ],
+        "priorityClasses": pcs,
+        "fairSharing": config.fair_sharing.enable,
+        "prices": prices_view(config, prices),
+    }
+
+
+def config_summary(config: model.ClusterConfig) -> dict:
+    """Counts of each kind, for an import's audit entry and answer."""
+    return {
+        "resourceFlavors": len(config.resource_flavors),
+        "clusterQueues": len(config.cluster_queues),
+        "cohorts": len(config.cohorts),
+        "localQueues": len(config.local_queues),
+        "priorityClasses": len(config.priority_classes),
+        "workloadPriorityClasses": len(config.workload_priority_classes),
+        "namespaces": len(config.namespaces),
+    }
+

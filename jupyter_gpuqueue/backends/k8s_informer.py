@@ -1,0 +1,134 @@
+"""A list-and-watch cache of one Kubernetes collection, kept in a daemon thread (the pattern of
+client-go's informers; API conventions "Efficient detection of changes").
+
+The thread lists the collection (label-selected), then watches from the list's resourceVersion,
+resuming from the last seen version (``BOOKMARK`` events included) whenever the server ends the
+stream. On ``410 Gone`` (the version was compacted away) it lists again and carries on; the cache
+is replaced by the fresh list, so objects deleted in between disappear too. Other errors are
+retried with exponential backoff (``0.5 s`` doubling, capped at ``max_backoff`` seconds) for as
+long as the informer runs.
+
+Readers call :meth:`Informer.snapshot` / :meth:`Informer.get` from any thread. ``on_change`` (if
+given) is called from the informer's thread after every change, without arguments: the owner
+recomputes what it needs (level-triggered, so a missed or repeated event cannot mislead it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Optional
+
+from .k8s_client import KubeApiError, KubeClient
+
+log = logging.getLogger(__name__)
+
+
+def _key(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+class Informer:
+    """``path``: a collection path (e.g. ``/apis/batch/v1/jobs`` for all namespaces);
+    ``label_selector``: the server-side filter. Objects are keyed ``namespace/name``."""
+
+    def __init__(self, client: KubeClient, path: str, label_selector: Optional[str] = None, *,
+                 on_change: Optional[Callable[[], None]] = None, watch_timeout: int = 300,
+                 max_backoff: float = 30.0, name: str = ""):
+        self.client = client
+        self.path = path
+        self.label_selector = label_selector
+        self.on_change = on_change
+        self.watch_timeout = watch_timeout
+        self.max_backoff = max_backoff
+        self.name = name or path
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict] = {}
+        self.resource_version = ""
+        self.synced = threading.Event()
+        self.relists = 0  # how many times the collection was listed (1 + one per 410 / error)
+        self.last_error: Optional[KubeApiError] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    # -- reading -------------------------------------------------------------------------------------
+    def snapshot(self) -> list[dict]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def get(self, namespace: str, name: str) -> Optional[dict]:
+        with self._lock:
+            return self._objects.get(f"{namespace}/{name}")
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> "Informer":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"k8s-informer {self.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.synced.wait(timeout)
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # pragma: no cover - the owner's bug must not kill the informer
+                log.exception("kubernetes informer %s: on_change failed", self.name)
+
+    def _relist(self) -> None:
+        items, rv = self.client.list(self.path, self.label_selector)
+        with self._lock:
+            self._objects = {_key(o): o for o in items}
+            self.resource_version = rv
+        self.relists += 1
+        self.synced.set()
+        self._notify()
+
+    def _apply(self, ev: dict) -> None:
+        typ, obj = ev.get("type"), ev.get("object") or {}
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        with self._lock:
+            if typ in ("ADDED", "MODIFIED"):
+                self._objects[_key(obj)] = obj
+            elif typ == "DELETED":
+                self._objects.pop(_key(obj), None)
+            if rv:
+                self.resource_version = rv
+        if typ != "BOOKMARK":
+            self._notify()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                for ev in self.client.watch(self.path, self.resource_version, self.label_selector,
+                                            self.watch_timeout):
+                    if self._stop.is_set():
+                        return
+                    self._apply(ev)
+                backoff = 0.5  # the server ended the stream normally: resume from resource_version
+            except KubeApiError as err:
+                self.last_error = err
+                if err.status == 410:
+                    log.info("kubernetes informer %s: %s; listing again", self.name, err.message)
+                    need_list = True
+                    continue
+                log.warning("kubernetes informer %s: %s; retrying in %.1f s", self.name, err, backoff)
+                need_list = need_list or err.status not in (0,)
+                self._stop.wait(backoff)
+                backoff = min(self.max_backoff, backoff * 2)
+            except Exception as exc:  # decoding errors, dropped connections mid-stream
+                log.warning("kubernetes informer %s: %s; retrying in %.1f s", self.name, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(self.max_backoff, backoff * 2)

@@ -1,0 +1,576 @@
+"""The Kubernetes backend: each admitted workload runs as a ``batch/v1`` Job in its team's namespace.
+
+Lifecycle (the service drives it from its loop; all methods run on the service's thread):
+
+- :meth:`KubernetesBackend.start` (on admission by our engine) creates the Job **suspended**
+  (``k8s_jobs.build_job``: labels, priority, the flavor's nodeSelector and tolerations, GPU / MIG
+  requests and limits), then unsuspends it, as Kueue does on admission. A Job that already exists
+  with our workload-uid label (a retry, a re-admission after preemption, a restart between the
+  two steps: ``409 AlreadyExists``) is adopted: its scheduling directives are updated to the new
+  admission and it is unsuspended (read-modify-write with ``resourceVersion``; a ``409 Conflict``
+  re-reads and retries). Optionally a Volcano PodGroup is created for gang scheduling.
+- :meth:`KubernetesBackend.suspend` (preemption) sets ``spec.suspend=true``; the Job controller
+  deletes the active Pods. The run is reported ended once no Pod of it is left running, so that
+  quota and devices are released only when the GPUs are really free; the service requeues it.
+- :meth:`KubernetesBackend.stop` (cancel, maximum run time) deletes the Job with
+  ``propagationPolicy: Background`` (Jobs deleted without it orphan their Pods).
+- :meth:`KubernetesBackend.poll` reads the informers' caches (list + watch of our Jobs and Pods,
+  ``k8s_informer``; resumed from resourceVersion, re-listed after ``410 Gone``) and reports, once
+  each: ``Running`` (a Pod runs), ``Waiting`` (a Pod cannot start: message), ``Succeeded`` (Job
+  condition ``Complete``), ``Failed`` (condition ``Failed``, with the container's exit code).
+- :meth:`KubernetesBackend.adopt` after a restart finds the Job by our uid label.
+
+Why threads for watches but synchronous writes: the protocol is synchronous and polled, so the
+watches run in daemon threads feeding caches that :meth:`poll` reads (level-triggered: poll derives
+each run's state from the cached objects, so a dropped, repeated or re-listed event cannot mislead
+it). Writes happen in the call that needs them so that a permanent error (``422 Invalid``,
+``403 Forbidden``, a foreign Job of the same name) fails that call with the API server's message;
+a transient one (5xx, 429, no answer) is retried with bounded backoff inside the call and then,
+instead of failing the workload, again from :meth:`poll` with exponential backoff (capped at
+``retry_max_delay``) for up to ``retry_budget_seconds`` (creates) or for ever (stops: a stop must
+never be lost).
+"""
+
+from __future__ import annotations
+
+import calendar
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..engine.model import ClusterConfig
+from ..errors import Conflict, Forbidden, GpuQueueError, ValidationError
+from .base import FAILED, SUCCEEDED, RunInfo, RunStatus
+from .k8s_client import KubeApiError, KubeClient, path_for
+from .k8s_informer import Informer
+from .k8s_jobs import (
+    SELECTOR,
+    UID_LABEL,
+    JobRequest,
+    build_job,
+    build_podgroup,
+    scheduling_directives,
+    set_scheduling_directives,
+)
+
+log = logging.getLogger(__name__)
+
+RUNNING = "Running"
+WAITING = "Waiting"  # admitted, a Pod cannot start yet (message says why)
+JOBS = ("batch", "v1", "jobs")
+PODS = ("", "v1", "pods")
+PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+_WAITING_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "InvalidImageName",
+                     "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
+
+
+def parse_time(value) -> Optional[float]:
+    """RFC 3339 ``2026-11-22T17:30:41Z`` (as the API server writes metav1.Time) → seconds since the
+    epoch; None when absent or unparseable."""
+    if not value or not isinstance(value, str):
+        return None
+    text = value.strip().replace("Z", "")
+    frac = 0.0
+    if "." in text:
+        text, f = text.split(".", 1)
+        f = f.split("+")[0]
+        frac = float("0." + f) if f.isdigit() else 0.0
+    text = text.split("+")[0]
+    try:
+        return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")) + frac
+    except ValueError:
+        return None
+
+
+def condition(obj: dict, typ: str) -> Optional[dict]:
+    """The ``status.conditions`` entry of type ``typ`` whose status is "True", else None."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == typ and c.get("status") == "True":
+            return c
+    return None
+
+
+def user_error(err: KubeApiError, what: str) -> GpuQueueError:
+    """The service-facing error for a failed write, with the API server's own message:
+    422 → ValidationError (field of the first cause), 403 → Forbidden, 409 → Conflict,
+    404 → ValidationError(field="metadata.namespace") (the namespace does not exist), anything else →
+    GpuQueueError."""
+    msg = f"{what}: {err.field_message()}"
+    if err.status == 422:
+        field = (err.causes[0].get("field") if err.causes else None) or "manifest"
+        return ValidationError(msg, field)
+    if err.status == 403:
+        return Forbidden(msg, "namespace")
+    if err.status == 409:
+        return Conflict(msg, "metadata.name")
+    if err.status == 404:
+        return ValidationError(msg, "metadata.namespace")
+    return GpuQueueError(msg, None)
+
+
+@dataclass
+class _Run:
+    uid: str
+    namespace: str
+    name: str
+    req: Optional[JobRequest] = None
+    mode: str = "active"  # active | suspending | deleting
+    reason: str = ""
+    seen: bool = False  # the Job has been in the informer's cache
+    since: float = field(default_factory=time.time)
+    floor: float = 0.0  # started here at this time: no observation is earlier (0 when adopted)
+    reported: set = field(default_factory=set)  # observation keys already reported
+    phase: str = ""  # Kueue: "pending" | "admitted" as last reported ("" after adopt: unknown)
+    sig: object = None  # Kueue: the last reported pending (reason, message, positions)
+    op: Optional[str] = None  # a write still to do: "start" | "suspend" | "delete"
+    op_attempts: int = 0
+    op_next: float = 0.0
+    op_first: float = 0.0
+    last_error: str = ""
+
+
+class KubernetesBackend:
+    """See the module docstring.
+
+    ``client``: a :class:`KubeClient` or a ``kubernetes.client.ApiClient`` (wrapped).
+    ``config``: the queue configuration (ResourceFlavors, priority classes). ``image``: the
+    container image of Jobs built from the submit form. ``namespaces``: team namespace (the
+    LocalQueue's) → cluster namespace where its Jobs go (default: the same name).
+    ``pod_template``: a partial PodSpec merged into form-built Jobs (``k8s_jobs.apply_pod_template``:
+    volumes, the main container's volumeMounts, serviceAccountName...). ``volcano``:
+    gang scheduling with Volcano (``schedulerName: volcano`` + a PodGroup with ``minMember``).
+    ``start_informers``: False only in unit tests that drive :meth:`resync` themselves.
+    """
+
+    # What the service asks of a backend (service.py reads these with getattr and defaults).
+    reports_running = True  # state Admitted until a Pod runs ("Running" from poll)
+    runs_manifests = True  # a manifest submission runs as the manifest itself
+    local_commands = False  # argv runs in a container image: not looked up on the server's PATH
+    delegates_admission = False
+    resume_on_adopt = True  # Kueue delegation: False (Kueue owns spec.suspend)
+
+    def __init__(self, client, *, config: Optional[ClusterConfig] = None, image: str = "python:3.12-slim",
+                 namespaces: Optional[dict[str, str]] = None, pod_template: Optional[dict] = None,
+                 volcano: bool = False,
+                 volcano_queue: Optional[str] = None, retry_budget_seconds: float = 600.0,
+                 retry_max_delay: float = 60.0, sync_timeout: float = 10.0, start_informers: bool = True,
+                 clock: Callable[[], float] = time.time):
+        self.client = client if isinstance(client, KubeClient) else KubeClient(client)
+        self.config = config or ClusterConfig()
+        self.image = image
+        self.namespaces = dict(namespaces or {})
+        self.pod_template = dict(pod_template or {})
+        self.volcano = volcano
+        self.volcano_queue = volcano_queue
+        self.retry_budget_seconds = retry_budget_seconds
+        self.retry_max_delay = retry_max_delay
+        self.sync_timeout = sync_timeout
+        self.clock = clock
+        self._runs: dict[str, _Run] = {}
+        self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs")
+        self.pods = Informer(self.client, path_for(*PODS), SELECTOR, name="pods")
+        self._informers = [self.jobs, self.pods]
+        if start_informers:
+            self.start_informers()
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def start_informers(self) -> None:
+        for inf in self._informers:
+            inf.start()
+
+    def close(self) -> None:
+        """Stop the watch threads (they are daemons; this only makes them end sooner)."""
+        for inf in self._informers:
+            inf.stop()
+
+    def namespace_for(self, team_namespace: str) -> str:
+        return self.namespaces.get(team_namespace, team_namespace)
+
+    def _job_path(self, ns: str, name: Optional[str] = None) -> str:
+        return path_for(*JOBS, namespace=ns, name=name)
+
+    def _run_info(self, run: _Run) -> RunInfo:
+        """pid -1: no local process (pid 0 marks a notebook lease, backends/lease.py); ``exit_path``
+        names the Job (``kubernetes:jobs/<namespace>/<name>``); the Job is found by label anyway."""
+        return RunInfo(pid=-1, pgid=-1, start_ticks=0, log_path="",
+                       exit_path=f"kubernetes:jobs/{run.namespace}/{run.name}", started_at=self.clock())
+
+    def _request(self, launch) -> JobRequest:
+        req = JobRequest.from_launch(launch)
+        req.namespace = self.namespace_for(req.namespace)
+        return req
+
+    def _desired_job(self, req: JobRequest) -> dict:
+        return build_job(req, self.config, image=self.image, suspend=True, volcano=self.volcano,
+                         pod_template=self.pod_template)
+
+    # -- start --------------------------------------------------------------------------------------
+    def start(self, spec) -> RunInfo:
+        """Create (or adopt) the workload's Job and unsuspend it. Raises ValidationError (422, or a
+        manifest we cannot run), Forbidden (403), Conflict (a Job of that name that is not this
+        workload's), ValidationError naming ``metadata.namespace`` (no such namespace), each with
+        the API server's message. Transient API errors do not raise: the start is retried from
+        :meth:`poll`."""
+        req = self._request(spec)
+        job = self._desired_job(req)  # ValidationError before anything is sent
+        run = _Run(uid=req.uid, namespace=req.namespace, name=req.name, req=req, since=self.clock(),
+                   floor=self.clock())
+        self._runs[req.uid] = run
+        try:
+            self._create_and_resume(run, job)
+        except KubeApiError as err:
+            if err.retryable:
+                self._defer(run, "start", err)
+            else:
+                del self._runs[req.uid]
+                raise self._start_error(err, run) from None
+        except GpuQueueError:
+            del self._runs[req.uid]
+            raise
+        return self._run_info(run)
+
+    def dry_run(self, uid: str, workload: dict) -> None:
+        """Validate the workload's Job with the API server before the submission is acknowledged
+        (``POST ...?dryRun=All``: admission webhooks and validation run, nothing is stored).
+        Raises ValidationError (422, with the field of the first cause), Forbidden (403), Conflict
+        (a Job of that name exists), ValidationError naming ``metadata.namespace`` (no such
+        namespace). An unreachable or failing API server does not block the submission (the Job is
+        created on admission, with retries)."""
+        from .base import LaunchSpec
+
+        launch = LaunchSpec(uid=uid, key=f"{workload['namespace']}/{workload['name']}", argv=[], cwd="",
+                            workload={**workload, "admission": None})
+        req = self._request(launch)
+        job = self._desired_job(req)
+        try:
+            self.client.create(self._job_path(req.namespace), job, query=[("dryRun", "All")], attempts=1)
+        except KubeApiError as err:
+            if err.retryable:
+                log.warning("kubernetes: dry run of Job %s/%s failed (%s); accepting the submission",
+                            req.namespace, req.name, err)
+                return
+            if err.status == 409:
+                raise Conflict(f"a Job named {req.name} already exists in namespace {req.namespace}",
+                               "name") from None
+            raise user_error(err, f"the API server rejects Job {req.namespace}/{req.name}") from None
+
+    def _start_error(self, err: KubeApiError, run: _Run) -> GpuQueueError:
+        return user_error(err, f"creating Job {run.namespace}/{run.name}")
+
+    def _create(self, run: _Run, job: dict) -> dict:
+        """POST the Job; on 409 AlreadyExists read it and adopt it if it carries our uid."""
+        try:
+            return self.client.create(self._job_path(run.namespace), job)
+        except KubeApiError as err:
+            if err.status != 409:
+                raise
+        existing = self.client.get(self._job_path(run.namespace, run.name))
+        owner = ((existing.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
+        if owner != run.uid:
+            raise Conflict(f"a Job named {run.name} already exists in namespace {run.namespace} and is not this "
+                           f"workload's ({UID_LABEL}={owner!r}); choose another name", "metadata.name")
+        log.info("kubernetes: Job %s/%s already exists with our uid: adopting it", run.namespace, run.name)
+        return existing
+
+    def _create_and_resume(self, run: _Run, job: dict) -> None:
+        current = self._create(run, job)
+        if self.volcano:
+            self._ensure_podgroup(run, job, current)
+        if condition(current, "Complete") or condition(current, "Failed"):
+            return  # finished already (adopted after a restart): poll reports it
+        self._update_job(run, lambda cur: self._resume(cur, job))
+
+    def _resume(self, cur: dict, desired: dict) -> bool:
+        """Mutate ``cur`` to run with ``desired``'s scheduling directives; False if nothing to do."""
+        spec = cur.setdefault("spec", {})
+        changed = False
+        if spec.get("suspend"):
+            if not (cur.get("status") or {}).get("startTime"):
+                want = scheduling_directives(desired)
+                if scheduling_directives(cur) != want:
+                    set_scheduling_directives(cur, want)
+                    changed = True
+            spec["suspend"] = False
+            changed = True
+        return changed
+
+    def _update_job(self, run: _Run, mutate: Callable[[dict], bool], attempts: int = 5) -> Optional[dict]:
+        """Read-modify-write with optimistic concurrency: GET, ``mutate`` (returns False when no
+        change is needed), PUT with the read resourceVersion; ``409 Conflict`` re-reads and
+        retries (at most ``attempts`` times). 404 → None (the Job is gone)."""
+        path = self._job_path(run.namespace, run.name)
+        for i in range(attempts):
+            try:
+                cur = self.client.get(path)
+            except KubeApiError as err:
+                if err.status == 404:
+                    return None
+                raise
+            if not mutate(cur):
+                return cur
+            try:
+                return self.client.replace(path, cur)
+            except KubeApiError as err:
+                if err.status == 409 and i < attempts - 1:
+                    log.info("kubernetes: Job %s/%s changed under us (409 Conflict); re-reading", run.namespace, run.name)
+                    continue
+                if err.status == 404:
+                    return None
+                raise
+        return None  # pragma: no cover
+
+    def _ensure_podgroup(self, run: _Run, job: dict, current: dict) -> None:
+        job_uid = (current.get("metadata") or {}).get("uid") or ""
+        pg = build_podgroup(run.req, current if current.get("spec") else job, job_uid, self.volcano_queue)
+        try:
+            self.client.create(path_for(*PODGROUPS, namespace=run.namespace), pg)
+        except KubeApiError as err:
+            if err.status != 409:
+                raise
+
+    # -- stop / suspend -----------------------------------------------------------------------------
+    def stop(self, uid: str, reason: str, grace_seconds: float = 10.0) -> None:
+        """Delete the run's Job (propagationPolicy Background). Returns at once; the run is reported
+        Failed with ``reason`` once the Job and its Pods are gone."""
+        run = self._runs.get(uid)
+        if run is None:
+            return
+        run.mode, run.reason = "deleting", reason or "stopped"
+        self._try(run, "delete")
+
+    def suspend(self, uid: str, reason: str, grace_seconds: float = 10.0) -> None:
+        """Preemption, as Kueue does it: ``spec.suspend=true``; the Job controller deletes the active
+        Pods. The run is reported ended (Failed, ``reason``) once none of its Pods runs; the Job
+        stays, suspended, for the next admission."""
+        run = self._runs.get(uid)
+        if run is None:
+            return
+        if run.mode == "deleting":
+            return
+        run.mode, run.reason = "suspending", reason or "preempted"
+        self._try(run, "suspend")
+
+    def _try(self, run: _Run, op: str) -> None:
+        try:
+            self._do(run, op)
+            run.op = None
+        except KubeApiError as err:
+            self._defer(run, op, err)
+
+    def _do(self, run: _Run, op: str) -> None:
+        if op == "delete":
+            try:
+                self.client.delete(self._job_path(run.namespace, run.name), propagation_policy="Background")
+            except KubeApiError as err:
+                if err.status != 404:
+                    raise
+        elif op == "suspend":
+            def mutate(cur: dict) -> bool:
+                if cur.get("spec", {}).get("suspend"):
+                    return False
+                cur["spec"]["suspend"] = True
+                return True
+            self._update_job(run, mutate)
+        elif op == "start":
+            self._create_and_resume(run, self._desired_job(run.req))
+        elif op == "resume":
+            self._update_job(run, lambda cur: self._resume(cur, copy.deepcopy(cur)))
+
+    def _defer(self, run: _Run, op: str, err: KubeApiError) -> None:
+        now = self.clock()
+        if run.op != op:
+            run.op, run.op_attempts, run.op_first = op, 0, now
+        run.op_attempts += 1
+        run.last_error = err.field_message()
+        delay = min(self.retry_max_delay, 1.0 * 2 ** (run.op_attempts - 1))
+        run.op_next = now + delay
+        log.warning("kubernetes: %s of Job %s/%s failed (%s); retrying in %.0f s", op, run.namespace, run.name,
+                    err, delay)
+
+    def _retry_due(self, now: float) -> list[RunStatus]:
+        out = []
+        for run in list(self._runs.values()):
+            if run.op is None or now < run.op_next:
+                continue
+            op = run.op
+            try:
+                self._do(run, op)
+                run.op = None
+            except KubeApiError as err:
+                if err.retryable and (op != "start" or now - run.op_first < self.retry_budget_seconds):
+                    self._defer(run, op, err)
+                    continue
+                if op != "start":
+                    self._defer(run, op, err)  # never drop a stop; keep trying (and logging)
+                    continue
+                del self._runs[run.uid]
+                out.append(RunStatus(run.uid, FAILED, None, now, str(self._start_error(err, run))))
+            except GpuQueueError as err:
+                del self._runs[run.uid]
+                out.append(RunStatus(run.uid, FAILED, None, now, f"could not start: {err.message}"))
+        return out
+
+    # -- observing ----------------------------------------------------------------------------------
+    def _pods_by_uid(self) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for p in self.pods.snapshot():
+            uid = ((p.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
+            if uid:
+                out.setdefault(uid, []).append(p)
+        return out
+
+    @staticmethod
+    def _live(pods: list[dict]) -> list[dict]:
+        """Pods that may still hold a GPU: not Succeeded/Failed (terminating ones included)."""
+        return [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+    @staticmethod
+    def _exit_code(pods: list[dict]) -> Optional[int]:
+        code = None
+        for p in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+                if term and term.get("exitCode") is not None:
+                    code = int(term["exitCode"])
+        return code
+
+    def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
+        done = condition(job, "Complete")
+        # metav1.Time has whole seconds: never report a time before this run started here.
+        if done:
+            at = parse_time(done.get("lastTransitionTime")) or parse_time(job["status"].get("completionTime")) or now
+            return RunStatus(run.uid, SUCCEEDED, 0, max(at, run.floor), "Job completed")
+        failed = condition(job, "Failed")
+        if failed:
+            at = max(parse_time(failed.get("lastTransitionTime")) or now, run.floor)
+            code = self._exit_code(pods)
+            msg = f"Job failed: {failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
+            if code is not None:
+                msg += f" (exit code {code})"
+            return RunStatus(run.uid, FAILED, code, at, msg)
+        return None
+
+    def _observe(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
+        """What to report about one run (base: Job and Pods; the Kueue backend adds Workloads)."""
+        if run.mode == "deleting":
+            if job is None and not self._live(pods) and run.op is None:
+                return [RunStatus(run.uid, FAILED, self._exit_code(pods), now, run.reason)]
+            return []
+        if job is None and run.mode == "suspending" and not self._live(pods):
+            return [RunStatus(run.uid, FAILED, None, now, run.reason)]  # nothing of it runs
+        if job is None:
+            if run.seen or now - run.since > 30:
+                if not run.seen and self._job_exists(run):
+                    return []
+                return [RunStatus(run.uid, FAILED, self._exit_code(pods), now,
+                                  f"Job {run.namespace}/{run.name} was deleted outside jupyter-gpuqueue")]
+            return []
+        run.seen = True
+        fin = self._finished(run, job, pods, now)
+        if fin is not None:
+            return [fin]
+        if run.mode == "suspending":
+            if job.get("spec", {}).get("suspend") and not self._live(pods) and run.op is None:
+                return [RunStatus(run.uid, FAILED, None, now, run.reason)]
+            return []
+        return self._pod_observations(run, pods, now)
+
+    def _pod_observations(self, run: _Run, pods: list[dict], now: float) -> list[RunStatus]:
+        out = []
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        if running and "running" not in run.reported:
+            run.reported.add("running")
+            at = max(run.floor, min(parse_time(p["status"].get("startTime")) or now for p in running))
+            out.append(RunStatus(run.uid, RUNNING, None, at, ""))
+        for p in pods:
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                w = (cs.get("state") or {}).get("waiting") or {}
+                if w.get("reason") in _WAITING_PROBLEMS:
+                    key = f"waiting:{p['metadata'].get('name')}:{w['reason']}"
+                    if key not in run.reported:
+                        run.reported.add(key)
+                        msg = f"pod {p['metadata'].get('name')}: {w['reason']}: {w.get('message') or ''}".rstrip(": ")
+                        out.append(RunStatus(run.uid, WAITING, None, now, msg))
+            for c in (p.get("status") or {}).get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                    key = f"unschedulable:{p['metadata'].get('name')}:{c.get('message')}"
+                    if key not in run.reported:
+                        run.reported.add(key)
+                        out.append(RunStatus(run.uid, WAITING, None, now,
+                                             f"pod {p['metadata'].get('name')} is unschedulable: {c.get('message') or ''}"))
+        return out
+
+    def _job_exists(self, run: _Run) -> bool:
+        try:
+            self.client.get(self._job_path(run.namespace, run.name), attempts=1)
+            return True
+        except KubeApiError as err:
+            return err.status != 404
+
+    def poll(self) -> list[RunStatus]:
+        """Reports since the last poll: ``Succeeded``/``Failed`` (final: the run is no longer
+        tracked), and ``Running`` / ``Waiting`` (informational, state name in ``RunStatus.state``,
+        the time in ``finished_at``). Nothing until the informers have listed once."""
+        now = self.clock()
+        out = self._retry_due(now)
+        if not all(inf.synced.is_set() for inf in self._informers):
+            return out
+        pods = self._pods_by_uid()
+        for uid, run in list(self._runs.items()):
+            if run.op == "start":
+                continue
+            job = self.jobs.get(run.namespace, run.name)
+            if job is not None and ((job.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) != uid:
+                job = None
+            for st in self._observe(run, job, pods.get(uid, []), now):
+                out.append(st)
+                if st.state in (SUCCEEDED, FAILED):
+                    self._runs.pop(uid, None)
+        return out
+
+    # -- restart ------------------------------------------------------------------------------------
+    def _find_job(self, uid: str) -> Optional[dict]:
+        if self.jobs.wait_synced(self.sync_timeout):
+            for j in self.jobs.snapshot():
+                if ((j.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == uid:
+                    return j
+            return None
+        items, _ = self.client.list(path_for(*JOBS), f"{SELECTOR},{UID_LABEL}={uid}")
+        return items[0] if items else None
+
+    def adopt(self, uid: str, info: RunInfo) -> bool:
+        """After a restart: True (and tracked again) if a Job with our uid label exists, whatever
+        its state (a finished one is reported by the next poll). Found by label, across namespaces."""
+        try:
+            job = self._find_job(uid)
+        except KubeApiError as err:
+            # The API server cannot be asked now: keep tracking the run (its quota stays held);
+            # once the watches have listed, poll() finds its Job or reports it gone.
+            where = (info.exit_path.split("jobs/", 1)[-1] if info and "jobs/" in info.exit_path else "").split("/")
+            if len(where) != 2:
+                raise
+            log.warning("kubernetes: cannot look up the Job of %s (%s); adopting it as %s/%s", uid, err, *where)
+            self._runs[uid] = _Run(uid=uid, namespace=where[0], name=where[1], since=self.clock())
+            return True
+        if job is None:
+            return False
+        meta = job["metadata"]
+        run = _Run(uid=uid, namespace=meta["namespace"], name=meta["name"], seen=True, since=self.clock())
+        self._runs[uid] = run
+        if self.resume_on_adopt and (job.get("spec") or {}).get("suspend") \
+                and not (condition(job, "Complete") or condition(job, "Failed")):
+            # The ledger says admitted: a Job left suspended (the service stopped between creating
+            # and resuming it, or while preempting it) is resumed; the engine holds its quota.
+            self._try(run, "resume")
+        return True
+
+    def finished_status(self, uid: str, info: RunInfo) -> RunStatus:
+        """The outcome of a run whose Job is gone (deleted while the service was down)."""
+        where = info.exit_path.split(":", 1)[-1] if info and info.exit_path else "its Job"
+        return RunStatus(uid, FAILED, None, self.clock(),
+                         f"{where} no longer exists in the cluster (deleted while the queue service was down)")
+
+    def running(self) -> list[str]:
+        return list(self._runs)

@@ -1,0 +1,122 @@
+"""Settings of the hub-side queue integration, and its error.
+
+:class:`GpuQueueSpawnerConfig` holds the ``gpuqueue_*`` traits: :class:`~.spawner.GpuQueueSpawnerMixin`
+inherits them (``c.Spawner.gpuqueue_url``, ``c.KubeSpawner.gpuqueue_url``), the plain hooks read
+them from ``c.GpuQueueSpawnerConfig`` (:func:`setting`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from traitlets import Dict, Float, List, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..backends.lease import LEASE_KIND  # noqa: F401 (the Workload kind, one name on both sides)
+
+API_PATH = "gpuqueue/api/"
+DEFAULT_TOKEN_SCOPES = ["access:services!service=gpuqueue", "custom:gpuqueue:submit"]
+REQUEST_KEYS = ("gpus", "migProfile", "flavor", "localQueue", "priorityClass", "maxRuntimeSeconds", "maxRuntime")
+
+
+class GpuQueueSpawnError(Exception):
+    """The lease could not be obtained or the queue answered an error. ``str()`` is shown to the
+    user on the spawn page; ``status`` the HTTP status from the queue (None: not reached)."""
+
+    def __init__(self, message: str, status: Optional[int] = None):
+        super().__init__(message)
+        self.status = status
+        # JupyterHub shows ``jupyterhub_message`` of a failed spawn's exception on the spawn page.
+        self.jupyterhub_message = message
+
+
+class GpuQueueSpawnerConfig(LoggingConfigurable):
+    """The ``gpuqueue_*`` settings (traits of :class:`GpuQueueSpawnerMixin`; for the plain hooks
+    set them as ``c.GpuQueueSpawnerConfig.<name>``)."""
+
+    gpuqueue_url = Unicode(
+        "",
+        help="""Root URL of the gpuqueue service, e.g. http://127.0.0.1:9999/services/gpuqueue/
+        (the API is at {gpuqueue_url}gpuqueue/api/). Empty: the URL and prefix of the hub service
+        named gpuqueue_service_name.""",
+    ).tag(config=True)
+
+    gpuqueue_service_name = Unicode("gpuqueue", help="Name of the hub-managed queue service.").tag(config=True)
+
+    gpuqueue_api_token = Unicode(
+        "",
+        help="""A fixed token for the queue instead of per-lease user tokens (a queue that is not
+        a hub service). The queue then bills whoever owns this token.""",
+    ).tag(config=True)
+
+    gpuqueue_token_scopes = List(
+        Unicode(),
+        default_value=list(DEFAULT_TOKEN_SCOPES),
+        help="""Scopes of the user token the hub creates to submit, watch and release a lease
+        (the user must hold them; the token is deleted with the lease).""",
+    ).tag(config=True)
+
+    gpuqueue_profiles = List(
+        Dict(),
+        help="""Profiles for spawners without KubeSpawner's profile_list: [{"slug", "display_name",
+        "default", "gpuqueue": {"gpus": 1, "flavor": "nvidia-a100"} | {"migProfile": "1g.10gb"} |
+        {}}]. The chosen slug comes from user_options["profile"].""",
+    ).tag(config=True)
+
+    gpuqueue_request = Dict(
+        help="""The lease request when there are no profiles, e.g. {"gpus": 1}. Empty: no GPU,
+        the server starts without queueing.""",
+    ).tag(config=True)
+
+    gpuqueue_local_queue = Unicode(
+        "",
+        help="""LocalQueue ("namespace/name") of leases that name none in their profile. Empty:
+        the user's default team in the queue.""",
+    ).tag(config=True)
+
+    gpuqueue_max_runtime_seconds = Float(
+        8 * 3600.0,
+        help="""Maximum lease time in seconds (the queue releases the GPUs then; the spawner
+        stops the server at its next poll).""",
+    ).tag(config=True)
+
+    gpuqueue_admission_timeout = Float(
+        0.0,
+        help="""Seconds a spawn may wait in the queue before it fails (the lease is released).
+        0: until admitted or cancelled.""",
+    ).tag(config=True)
+
+    gpuqueue_poll_interval = Float(1.0, help="Seconds between queue polls while a spawn waits.").tag(config=True)
+
+    gpuqueue_config_files = List(
+        Unicode(),
+        help="""Kueue YAML files with the ResourceFlavors (the queue's own configuration, e.g. a
+        ConfigMap mounted in the hub): KubeSpawner's modify_pod_hook takes each assigned
+        flavor's nodeLabels (as nodeSelector) and tolerations from them.""",
+    ).tag(config=True)
+
+
+def setting(spawner: Any, name: str):
+    if hasattr(spawner, name):
+        return getattr(spawner, name)
+    cfg = GpuQueueSpawnerConfig(config=getattr(spawner, "config", None))
+    return getattr(cfg, name)
+
+
+def queue_url(spawner: Any) -> str:
+    url = setting(spawner, "gpuqueue_url")
+    if url:
+        return url
+    name = setting(spawner, "gpuqueue_service_name")
+    try:
+        from jupyterhub.app import JupyterHub
+
+        if JupyterHub.initialized():
+            svc = JupyterHub.instance()._service_map.get(name)
+            if svc is not None and svc.url:
+                return svc.url.rstrip("/") + svc.prefix
+    except Exception:  # pragma: no cover - best effort; explicit configuration is documented
+        pass
+    raise GpuQueueSpawnError(
+        f"set c.Spawner.gpuqueue_url: no hub service named {name!r} with a url was found"
+    )

@@ -1,0 +1,228 @@
+"""One notebook server's GPU lease as the hub sees it: the REST client, the user's lease token,
+and :class:`HubLease` (submit, wait for admission, refresh, release)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Optional
+from urllib.parse import quote
+
+from .config import API_PATH, LEASE_KIND, REQUEST_KEYS, GpuQueueSpawnError, queue_url, setting
+from .profiles import describe_request, progress_message
+
+
+class QueueClient:
+    """Minimal async client of the gpuqueue REST API (tornado's AsyncHTTPClient, so the hub's
+    event loop never blocks). ``base_url``: the service root, e.g.
+    ``http://127.0.0.1:9999/services/gpuqueue/``; ``token``: sent as ``Authorization: token``."""
+
+    def __init__(self, base_url: str, token: str, *, request_timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/") + "/"
+        self.token = token
+        self.request_timeout = request_timeout
+
+    async def _call(self, method: str, path: str, body: Optional[dict] = None) -> dict:
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        url = self.base_url + API_PATH + path
+        headers = {"Authorization": f"token {self.token}", "Accept": "application/json"}
+        kw: dict = {"method": method, "headers": headers, "request_timeout": self.request_timeout}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            kw["body"] = json.dumps(body)
+        try:
+            resp = await AsyncHTTPClient().fetch(url, **kw)
+        except HTTPClientError as e:
+            detail = ""
+            if e.response is not None and e.response.body:
+                try:
+                    data = json.loads(e.response.body)
+                    detail = data.get("message") or ""
+                    if data.get("field"):
+                        detail = f"{detail} (field {data['field']})"
+                except ValueError:
+                    detail = e.response.body[:200].decode("utf-8", "replace")
+            raise GpuQueueSpawnError(f"GPU queue: {method} {path} → {e.code}: {detail or e.message}", e.code) from None
+        except OSError as e:
+            raise GpuQueueSpawnError(f"GPU queue unreachable at {self.base_url}: {e}") from None
+        return json.loads(resp.body) if resp.body else {}
+
+    async def submit(self, request: dict) -> dict:
+        return await self._call("POST", "workloads", request)
+
+    async def get(self, namespace: str, name: str) -> dict:
+        return await self._call("GET", f"workloads/{quote(namespace)}/{quote(name)}")
+
+    async def release(self, namespace: str, name: str) -> Optional[dict]:
+        """Release (DELETE) a lease; None if the queue no longer knows it."""
+        try:
+            return await self._call("DELETE", f"workloads/{quote(namespace)}/{quote(name)}")
+        except GpuQueueSpawnError as e:
+            if e.status == 404:
+                return None
+            raise
+
+
+TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600
+
+
+def _new_user_token(spawner: Any, note: str) -> str:
+    """A new API token of ``spawner.user`` with only ``gpuqueue_token_scopes``. Raises
+    GpuQueueSpawnError naming the scopes when the user does not hold them."""
+    user = spawner.user
+    scopes = list(setting(spawner, "gpuqueue_token_scopes"))
+    try:
+        token = user.new_api_token(note=note, scopes=scopes, expires_in=TOKEN_LIFETIME_SECONDS)
+    except (ValueError, KeyError) as e:
+        raise GpuQueueSpawnError(
+            f"cannot queue {user.name}'s server for a GPU: the user needs the scopes {', '.join(scopes)} "
+            f"(grant them with a role in c.JupyterHub.load_roles): {e}"
+        ) from None
+    user.db.commit()
+    return token
+
+
+def _delete_user_token(spawner: Any, token: str) -> None:
+    from jupyterhub import orm
+
+    db = spawner.user.db
+    orm_token = orm.APIToken.find(db, token)
+    if orm_token is not None:
+        db.delete(orm_token)
+        db.commit()
+
+
+class HubLease:
+    """One notebook server's lease: submit, wait for admission, release.
+
+    ``workload`` is the latest Workload view from the queue (docs/rest-api.md), ``progress`` the
+    latest progress event for the spawn page."""
+
+    def __init__(self, spawner: Any, request: dict):
+        self.spawner = spawner
+        self.request = dict(request)
+        self.workload: Optional[dict] = None
+        self.progress: dict = {"progress": 5, "message": f"asking the GPU queue for {describe_request(request)}"}
+        self.changed = asyncio.Event()
+        self.done = False
+        self._token: Optional[str] = None  # a user token created for this lease (deleted on release)
+
+    def _client(self) -> QueueClient:
+        fixed = setting(self.spawner, "gpuqueue_api_token")
+        if fixed:
+            return QueueClient(queue_url(self.spawner), fixed)
+        if self._token is None:
+            self._token = _new_user_token(self.spawner, f"gpuqueue lease of {self.spawner._log_name}")
+        return QueueClient(queue_url(self.spawner), self._token)
+
+    def _drop_token(self) -> None:
+        if self._token is not None:
+            token, self._token = self._token, None
+            _delete_user_token(self.spawner, token)
+
+    @property
+    def key(self) -> Optional[tuple[str, str]]:
+        return (self.workload["namespace"], self.workload["name"]) if self.workload else None
+
+    def _body(self) -> dict:
+        body = {k: v for k, v in self.request.items() if k in REQUEST_KEYS and v not in (None, "")}
+        body["kind"] = LEASE_KIND
+        if "localQueue" not in body and setting(self.spawner, "gpuqueue_local_queue"):
+            body["localQueue"] = setting(self.spawner, "gpuqueue_local_queue")
+        if "maxRuntimeSeconds" not in body and "maxRuntime" not in body:
+            body["maxRuntimeSeconds"] = int(setting(self.spawner, "gpuqueue_max_runtime_seconds"))
+        return body
+
+    def _set(self, workload: dict, progress: int) -> None:
+        self.workload = workload
+        self.progress = {"progress": progress, "message": progress_message(workload, self.request)}
+        self.changed.set()
+
+    async def acquire(self) -> dict:
+        """Submit and wait until the lease is Running; returns its Workload view.
+
+        Raises GpuQueueSpawnError when the queue refuses it (its message names the field), when
+        it ends without being admitted (its lease was deleted in the queue), or after
+        ``gpuqueue_admission_timeout``. While waiting, an unreachable queue (or a 5xx answer) is
+        retried: the lease is durable in the queue's ledger."""
+        log = self.spawner.log
+        timeout = float(setting(self.spawner, "gpuqueue_admission_timeout") or 0)
+        interval = max(0.05, float(setting(self.spawner, "gpuqueue_poll_interval")))
+        client = self._client()
+        try:
+            self._set(await client.submit(self._body()), 10)
+        except BaseException:
+            self._drop_token()
+            self.done = True
+            self.changed.set()
+            raise
+        ns, name = self.key
+        log.info("gpuqueue: %s queued as %s/%s", self.spawner._log_name, ns, name)
+        start = time.monotonic()
+        try:
+            while True:
+                w = self.workload
+                if w["state"] == "Running":
+                    self._set(w, 30)
+                    return w
+                if w["state"] in ("Succeeded", "Failed", "Cancelled"):
+                    raise GpuQueueSpawnError(f"the GPU lease ended before admission: {w.get('message') or w['state']}")
+                if timeout and time.monotonic() - start > timeout:
+                    raise GpuQueueSpawnError(
+                        f"no {describe_request(self.request)} within {timeout:g} s "
+                        f"(last: {progress_message(w, self.request)})")
+                await asyncio.sleep(interval)
+                try:
+                    self._set(await client.get(ns, name), 10)
+                except GpuQueueSpawnError as e:
+                    if e.status is not None and e.status < 500:
+                        raise
+                    log.warning("gpuqueue: waiting for %s/%s: %s (retrying)", ns, name, e)
+                    self.progress = {"progress": 10, "message": f"GPU queue not reachable, retrying ({e})"}
+                    self.changed.set()
+                    await asyncio.sleep(min(10.0, 5 * interval))
+        except BaseException:
+            # Failed or cancelled while waiting: the queue must not keep (or later admit) it.
+            try:
+                await client.release(ns, name)
+            except Exception as e:  # pragma: no cover - logged; the spawn already failed
+                log.warning("gpuqueue: could not release %s/%s: %s", ns, name, e)
+            self._drop_token()
+            self.done = True
+            self.changed.set()
+            raise
+
+    async def refresh(self) -> Optional[dict]:
+        """The lease's current view from the queue (None if it has none or is unknown)."""
+        if self.key is None:
+            return None
+        try:
+            self.workload = await self._client().get(*self.key)
+        except GpuQueueSpawnError as e:
+            if e.status == 404:
+                return None
+            raise
+        return self.workload
+
+    async def release(self) -> None:
+        """Release the lease (idempotent; a lease the queue no longer has is fine)."""
+        if self.key is None or self.done:
+            self.done = True
+            return
+        await self._client().release(*self.key)
+        self.spawner.log.info("gpuqueue: released %s/%s of %s", *self.key, self.spawner._log_name)
+        self.done = True
+        self._drop_token()
+        self.changed.set()
+
+
+def lease_environment(workload: dict) -> dict[str, str]:
+    """Environment of a local notebook server on a lease: the assigned devices and the lease."""
+    devices = workload.get("visibleDevices") or ""
+    return {
+        "CUDA_VISIBLE_DEVICES": devices,
+        "NVIDIA_VISIBLE_DEVICES": devices or "void",
+        "GPUQUEUE_LEASE": f"{workload['namespace']}/{workload['name']}",
+    }

@@ -1,0 +1,219 @@
+"""JupyterHub side: notebook servers wait their turn for a GPU in the shared queue.
+
+Each spawn of a server whose profile asks for a GPU or MIG slice is submitted to the gpuqueue hub
+service as a Workload of kind ``NotebookLease`` (docs/rest-api.md) at priority class
+``development`` (the service's ``lease_priority_class``), billed to the user's team. The spawn
+waits until the lease is admitted, showing its queue position on the spawn-pending page; then the
+server starts on the assigned devices, and the lease is released when the server stops, is culled,
+or dies. A lease preempted by higher-priority work is warned first (``evictionDeadline``, shown in
+JupyterLab), then released; the spawner stops the server at its next ``poll``.
+
+Two ways to use it (``jupyterhub_config/local/spawner.py``, ``jupyterhub_config/kubernetes/``):
+
+- ``GpuQueueSpawnerMixin``: ``class QueuedSpawner(GpuQueueSpawnerMixin, LocalProcessSpawner)``.
+  Waits before ``start()`` (in ``run_pre_spawn_hook``), so ``Spawner.start_timeout`` (60 s by
+  default) is not spent in the queue and need not be raised; ``progress()`` yields
+  ``{"progress": 10, "message": "position 3 in team-a's queue, waiting for 1 × A100"}``.
+  ``gpuqueue_admission_timeout`` bounds the wait (0: until admitted or cancelled). JupyterHub
+  cannot stop a pending spawn: deleting the pending lease in the queue fails the spawn instead.
+- ``gpuqueue_pre_spawn_hook`` / ``gpuqueue_post_stop_hook`` for a Spawner you cannot subclass
+  (same queueing, no queue position in the progress stream).
+
+**Identity.** The hub does not impersonate anyone: for every lease it creates an API token *of the
+user* (``User.new_api_token``) with only ``gpuqueue_token_scopes``
+(``access:services!service=gpuqueue`` and ``custom:gpuqueue:submit`` by default; JupyterHub refuses
+scopes the user does not hold), uses it to submit, watch and release the lease, and deletes it when
+the lease is released (it expires after 7 days in any case). No "on behalf of" privilege exists.
+The queue therefore bills the user's own team, with the user's own permissions. ``gpuqueue_api_token``
+replaces this with one fixed token (a queue that is not a hub service; tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig
+from .lease import HubLease, lease_environment
+from .profiles import lease_request_for
+
+
+# --------------------------------------------------------------------------------------------------
+# the plain hooks (any Spawner)
+
+
+async def gpuqueue_pre_spawn_hook(spawner: Any) -> None:
+    """``c.Spawner.pre_spawn_hook``: queue the server for its GPU and wait until admitted, then put
+    the devices in ``spawner.environment``. The lease is kept as ``spawner.gpuqueue_lease``. No GPU
+    requested: nothing happens. Raises GpuQueueSpawnError (the spawn fails with its message)."""
+    request = lease_request_for(spawner)
+    if not request:
+        return
+    lease = HubLease(spawner, request)
+    spawner.gpuqueue_lease = lease
+    w = await lease.acquire()
+    spawner.environment = {**(spawner.environment or {}), **lease_environment(w)}
+
+
+async def gpuqueue_post_stop_hook(spawner: Any) -> None:
+    """``c.Spawner.post_stop_hook``: release the server's lease (if any)."""
+    lease = getattr(spawner, "gpuqueue_lease", None)
+    if lease is not None:
+        await lease.release()
+        spawner.gpuqueue_lease = None
+
+
+# --------------------------------------------------------------------------------------------------
+# the mixin
+
+
+class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
+    """Queue a Spawner's servers for their GPU: ``class S(GpuQueueSpawnerMixin, LocalProcessSpawner)``.
+
+    - ``run_pre_spawn_hook``: waits for admission first (outside ``start_timeout``), then runs the
+      configured ``pre_spawn_hook``.
+    - ``progress()``: the queue position while waiting, then the spawner's own events.
+    - ``get_env()``: ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` of the assigned devices.
+    - ``stop()`` / ``poll()``: release the lease when the server stops, is culled or dies; a lease
+      that ended in the queue (preempted after its grace period, maximum lease time) stops the
+      server at the next poll.
+    - ``get_state``/``load_state``: the lease survives a hub restart.
+    """
+
+    gpuqueue_lease: Optional[HubLease] = None
+
+    @property
+    def gpuqueue_workload(self) -> Optional[dict]:
+        """The admitted lease's Workload view (None without a lease)."""
+        lease = self.gpuqueue_lease
+        return lease.workload if lease is not None and not lease.done else None
+
+    _gpuqueue_decided: Optional[asyncio.Event] = None  # set once this spawn's lease (or none) exists
+
+    def _decided_event(self) -> asyncio.Event:
+        if self._gpuqueue_decided is None:
+            self._gpuqueue_decided = asyncio.Event()
+        return self._gpuqueue_decided
+
+    async def run_pre_spawn_hook(self):
+        previous, self.gpuqueue_lease = self.gpuqueue_lease, None
+        decided = self._decided_event()
+        try:
+            await self._gpuqueue_release(previous, "new spawn")  # none normally: stop() released it
+            request = lease_request_for(self)
+            if request:
+                self.gpuqueue_lease = HubLease(self, request)
+        finally:
+            decided.set()
+        if self.gpuqueue_lease is not None:
+            await self.gpuqueue_lease.acquire()
+        if self.pre_spawn_hook:
+            r = self.pre_spawn_hook(self)
+            if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+                await r
+
+    async def progress(self):
+        # The progress stream may open before run_pre_spawn_hook ran (JupyterHub marks the spawn
+        # pending first): wait until this spawn's lease exists, or is known not to be needed.
+        try:
+            await asyncio.wait_for(self._decided_event().wait(), timeout=60)
+        except asyncio.TimeoutError:
+            pass
+        lease = self.gpuqueue_lease
+        if lease is not None:
+            last = None
+            while not lease.done and (lease.workload is None or lease.workload.get("state") != "Running"):
+                if lease.progress != last:
+                    last = dict(lease.progress)
+                    yield last
+                lease.changed.clear()
+                try:
+                    await asyncio.wait_for(lease.changed.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    pass
+            if lease.done:
+                return
+            yield dict(lease.progress)
+        async for event in super().progress():
+            yield event
+
+    def get_env(self):
+        env = super().get_env()
+        w = self.gpuqueue_workload
+        if w is not None and w.get("state") == "Running":
+            env.update(lease_environment(w))
+        return env
+
+    _gpuqueue_stopping = False
+
+    async def start(self):
+        lease = self.gpuqueue_lease
+        self._gpuqueue_stopping = False
+        try:
+            return await super().start()
+        except BaseException:
+            await self._gpuqueue_release(lease, "start failed")
+            raise
+
+    async def stop(self, now: bool = False):
+        # Spawners call poll() and clear_state() inside stop(): hold on to the lease here. A stop
+        # that fails keeps the lease (the server may still use the devices); JupyterHub retries,
+        # and a poll that finds the server gone releases it.
+        lease = self.gpuqueue_lease
+        self._gpuqueue_stopping = True
+        await super().stop(now=now)
+        await self._gpuqueue_release(lease, "server stopped")
+
+    async def poll(self):
+        lease = self.gpuqueue_lease
+        status = await super().poll()
+        if lease is None or lease.done or lease.key is None:
+            return status
+        if status is not None:
+            await self._gpuqueue_release(lease, "server gone")
+            return status
+        if self._gpuqueue_stopping:
+            return status
+        try:
+            w = await lease.refresh()
+        except GpuQueueSpawnError as e:
+            self.log.warning("gpuqueue: cannot check the lease of %s: %s", self._log_name, e)
+            return status
+        if w is None or w.get("state") != "Running":
+            why = (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
+            self.log.info("gpuqueue: the GPU lease of %s ended (%s): stopping the server", self._log_name, why)
+            lease.done = True
+            lease._drop_token()
+            await super().stop(now=True)
+            return 0
+        return status
+
+    async def _gpuqueue_release(self, lease: Optional[HubLease], why: str) -> None:
+        if lease is None or lease.done:
+            return
+        try:
+            await lease.release()
+        except GpuQueueSpawnError as e:
+            self.log.error("gpuqueue: could not release the lease of %s (%s): %s", self._log_name, why, e)
+
+    def get_state(self):
+        state = super().get_state()
+        lease = self.gpuqueue_lease
+        if lease is not None and not lease.done and lease.workload is not None:
+            state["gpuqueue_lease"] = {"request": lease.request, "workload": lease.workload}
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        saved = state.get("gpuqueue_lease") if state else None
+        if saved:
+            lease = HubLease(self, saved.get("request") or {})
+            lease.workload = saved.get("workload")
+            self.gpuqueue_lease = lease
+
+    def clear_state(self):
+        # The lease is not spawner state to forget: stop()/poll() release it; a new spawn
+        # replaces it in run_pre_spawn_hook. (JupyterHub clears the state before each spawn.)
+        super().clear_state()
+        if self._gpuqueue_decided is not None:
+            self._gpuqueue_decided.clear()

@@ -1,0 +1,365 @@
+"""The cost side of :class:`~jupyter_gpuqueue.service.QueueService` (issue 6), as a mixin.
+
+QueueService stays the single owner of live state; this module holds its methods for:
+
+- **Budget holds.** A new submission of a team whose *hard* budget is spent (``budgets.py``) is
+  persisted and acknowledged like any other, but it is **not handed to the engine's Scheduler**:
+  it waits in ``budget_holds`` with the pending reason ``BudgetExceeded`` (no queue position, so it
+  neither blocks a StrictFIFO head nor counts in fair sharing). The engine stays pure and unaware.
+  Every ``budget_check_interval`` seconds (and at once when a budget changes) held workloads whose
+  team is no longer over its hard limit (new month, budget raised or removed, limit made soft) are
+  handed to the Scheduler in their original order (creation time); their original creation time
+  keeps their place in the queue. An admin can lift the hold of one workload
+  (:meth:`lift_budget_hold`, audited); a lifted workload is never held again. Held workloads are
+  re-held after a restart (their reason is in the ledger).
+- **Spot flavors.** ResourceFlavors listed in ``spot_flavors`` are preemptible capacity with their
+  own price (``GpuQueueApp.prices``); mark them with a ``nodeTaints`` entry as Kueue users do, and a
+  submission with ``acceptSpot: true`` gets the matching tolerations. Such a job is started with
+  ``GPUQUEUE_SPOT=1`` (on a spot flavor), ``GPUQUEUE_PREEMPTION_NOTICE_FILE``,
+  ``GPUQUEUE_PREEMPTION_SIGNAL`` and ``GPUQUEUE_PREEMPTION_GRACE_SECONDS``; when it is chosen as a
+  preemption victim it is first told: the notice file is written (JSON: reason, message,
+  deadline), ``spot_signal`` (SIGUSR1) is sent, and only ``spot_grace_seconds`` later the normal
+  stop follows (SIGTERM, then SIGKILL after ``stop_grace_seconds``). Its usage is billed until it
+  stops; the preemptor waits for the devices, as with any victim.
+- **GPU utilization.** Where the inventory came from NVML, the devices of running jobs are sampled
+  every ``utilization_interval`` seconds (``inventory/nvml.utilization_rates``) into the ledger,
+  for the reports' average utilization. Nowhere else is a utilization recorded.
+- **Reports and capacity:** :meth:`capacity_by_flavor` (GPU-equivalents per flavor, for idle
+  capacity), :meth:`report` (``ledger/reports.py`` over the ledger's intervals).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal as signals
+from typing import Optional
+
+from .budgets import BUDGET_EXCEEDED, Budgets
+from .engine.model import GPU, MIG_PREFIX, Toleration
+from .errors import Conflict, ValidationError
+from .ledger import reports
+
+
+def _signal_number(name: str) -> int:
+    try:
+        return int(getattr(signals, name)) if not name.isdigit() else int(name)
+    except (AttributeError, TypeError, ValueError):
+        raise ValidationError(f"unknown signal {name!r} (e.g. SIGUSR1)", "spot_signal") from None
+
+
+class CostsMixin:
+    """Budget holds, spot preemption notices, utilization sampling and reports (module docstring).
+    The host class provides ``records``, ``engine_workloads``, ``scheduler``, ``ledger``,
+    ``backend``, ``config``, ``inventory``, ``prices``, ``clock``, ``stopping``, ``data_dir`` and
+    the ``_emit*`` / ``_record`` / ``_view`` helpers of QueueService."""
+
+    budgets: Optional[Budgets] = None
+    budget_check_interval = 2.0  # seconds between checks whether held workloads may go
+    spot_flavors: frozenset = frozenset()
+    spot_signal = "SIGUSR1"
+    spot_grace_seconds = 30.0
+    utilization_sampler = None  # callable(uuids) -> {uuid: percent}; set where NVML answers
+    utilization_interval = 30.0
+
+    def configure_costs(self, *, budgets: Optional[dict] = None, spot_flavors=(), spot_signal: str = "SIGUSR1",
+                        spot_grace_seconds: float = 30.0, utilization_interval: float = 30.0,
+                        utilization_sampler="auto") -> None:
+        """Before :meth:`start`: ``budgets`` ``{namespace: {"monthlyUSD", "warnAt", "hard"}}``
+        (``GpuQueueApp.budgets``); ``spot_flavors`` (ResourceFlavor names); ``spot_signal`` (a
+        signal name, SIGUSR1) and ``spot_grace_seconds`` (≥ 0) of spot preemption notices;
+        ``utilization_interval`` (seconds, > 0) between NVML samples; ``utilization_sampler``
+        ``"auto"`` (NVML when the inventory came from NVML, else none), None, or a callable
+        ``uuids -> {uuid: percent}``. Raises ValidationError naming the trait."""
+        from .budgets import parse_budgets
+        from .inventory.nvml import utilization_rates
+
+        self.budgets = Budgets(self.ledger, parse_budgets(budgets or {}, "budgets"), self.clock)
+        names = [spot_flavors] if isinstance(spot_flavors, str) else list(spot_flavors or ())
+        if not all(isinstance(n, str) and n for n in names):
+            raise ValidationError("must be a list of ResourceFlavor names", "spot_flavors")
+        for n in names:
+            if n not in self.config.resource_flavors:
+                self.log.warning("spot_flavors: ResourceFlavor %s is not configured (yet)", n)
+        self.spot_flavors = frozenset(names)
+        _signal_number(spot_signal)
+        self.spot_signal = spot_signal
+        if isinstance(spot_grace_seconds, bool) or not isinstance(spot_grace_seconds, (int, float)) \
+                or spot_grace_seconds < 0:
+            raise ValidationError(f"must be a number of seconds >= 0, got {spot_grace_seconds!r}", "spot_grace_seconds")
+        self.spot_grace_seconds = float(spot_grace_seconds)
+        if isinstance(utilization_interval, bool) or not isinstance(utilization_interval, (int, float)) \
+                or utilization_interval <= 0:
+            raise ValidationError(f"must be a number of seconds > 0, got {utilization_interval!r}",
+                                  "utilization_interval")
+        self.utilization_interval = float(utilization_interval)
+        if utilization_sampler == "auto":
+            utilization_sampler = utilization_rates if self.inventory.source == "nvml" else None
+        self.utilization_sampler = utilization_sampler
+
+    def _costs_state(self) -> dict:
+        st = self.__dict__.get("_costs")
+        if st is None:
+            st = self.__dict__["_costs"] = {"holds": {}, "spot_stops": {}, "last_check": 0.0, "last_sample": 0.0}
+        return st
+
+    @property
+    def budget_holds(self) -> dict[str, float]:
+        """uid → creation time of the workloads held by a hard budget (reason BudgetExceeded)."""
+        return self._costs_state()["holds"]
+
+    # ------------------------------------------------------------------ budget holds
+
+    def _budget_hold_message(self, namespace: str, now: float) -> Optional[str]:
+        return self.budgets.hold_message(namespace, now) if self.budgets is not None else None
+
+    def _costs_tick(self, now: float) -> None:
+        """Called by ``tick``: releases budget holds, sends due SIGTERMs of noticed spot jobs,
+        samples utilization."""
+        st = self._costs_state()
+        if st["holds"] and now - st["last_check"] >= self.budget_check_interval:
+            st["last_check"] = now
+            self.release_budget_holds(now)
+        for uid, (at, message) in list(st["spot_stops"].items()):
+            if now >= at:
+                del st["spot_stops"][uid]
+                if uid in self.records:
+                    self.backend.stop(uid, message, self.stop_grace_seconds)
+        if self.utilization_sampler is not None and now - st["last_sample"] >= self.utilization_interval:
+            st["last_sample"] = now
+            self._sample_utilization(now)
+
+    def release_budget_holds(self, now: Optional[float] = None) -> list[str]:
+        """Hand every held workload whose team may spend again to the Scheduler, oldest first;
+        returns their uids."""
+        now = self.clock() if now is None else now
+        holds = self.budget_holds
+        if self.budgets is not None:
+            self.budgets.invalidate()
+        released = []
+        for uid, _created in sorted(holds.items(), key=lambda kv: (kv[1], kv[0])):
+            rec = self.records.get(uid)
+            if rec is None or rec["state"] != "Pending":
+                holds.pop(uid, None)
+                continue
+            if self._budget_hold_message(rec["namespace"], now) is None:
+                self._release_hold(uid)
+                released.append(uid)
+        return released
+
+    def _release_hold(self, uid: str, lifted_by: Optional[str] = None) -> None:
+        rec = self.records[uid]
+        self.budget_holds.pop(uid, None)
+        fields = {"reason": "Pending", "message": None}
+        if lifted_by is not None:
+            spec = dict(rec["spec"])
+            spec["budgetHoldLiftedBy"] = lifted_by
+            fields["spec"] = spec
+            now = self.clock()
+            with self.ledger.transaction():
+                self.ledger.update_workload(uid, **fields)
+                self.ledger.add_audit(actor=lifted_by, operation="lift-budget-hold",
+                                      target=f"workload/{rec['namespace']}/{rec['name']}",
+                                      before={"reason": BUDGET_EXCEEDED, "message": rec.get("message")},
+                                      after={"reason": "Pending"}, at=now)
+        else:
+            self.ledger.update_workload(uid, **fields)
+        rec.update(fields)
+        self.scheduler.add_workload(self.engine_workloads[uid])
+        self.wake()
+        self._emit_workload(uid)
+        self._emit({"type": "queues"})
+
+    def lift_budget_hold(self, namespace: str, name: str, *, actor: str) -> dict:
+        """Admin: let one workload held by its team's hard budget enter the queue now (audited).
+        Raises NotFound, Conflict (field ``name``) when the workload is not held. Returns its view."""
+        rec = self._record(namespace, name)
+        if rec["uid"] not in self.budget_holds:
+            raise Conflict(f"workload {namespace}/{name} is not held by a budget (state {rec['state']}, "
+                           f"reason {rec.get('reason')})", "name")
+        self._release_hold(rec["uid"], lifted_by=actor)
+        return self._view(self.records[rec["uid"]])
+
+    def budgets_view(self, user: str) -> dict:
+        """``{"month", "at", "teams": [Budgets.status], "myTeams": [namespace], "defaultTeam"}``:
+        every team (a LocalQueue's namespace or a budget's) with its month-to-date spend."""
+        now = self.clock()
+        namespaces = {lq.namespace for lq in self.config.local_queues.values()}
+        budgets = self.budgets or Budgets(self.ledger, {}, self.clock)
+        mine = list(dict.fromkeys(k.split("/")[0] for k in self._allowed_local_queues(user)))
+        default = self._default_local_queue(user)
+        return {"month": reports.month_of(now), "at": now, "teams": budgets.statuses(namespaces, now),
+                "myTeams": mine, "defaultTeam": default.split("/")[0] if default else None}
+
+    def set_budget(self, namespace: str, data, *, actor: str) -> dict:
+        """Admin: set ``namespace``'s budget (``budgets.parse_budget``; stored and audited), then
+        release holds it no longer justifies. Returns its status."""
+        if not isinstance(namespace, str) or not namespace:
+            raise ValidationError("must be a team's namespace", "namespace")
+        self._ensure_budgets().set(namespace, data, actor=actor)
+        return self._after_budget_change(namespace)
+
+    def delete_budget(self, namespace: str, *, actor: str) -> dict:
+        """Admin: drop the budget stored for ``namespace`` (the configured one applies again)."""
+        self._ensure_budgets().delete(namespace, actor=actor)
+        return self._after_budget_change(namespace)
+
+    def _ensure_budgets(self) -> Budgets:
+        if self.budgets is None:
+            self.budgets = Budgets(self.ledger, {}, self.clock)
+        return self.budgets
+
+    def _after_budget_change(self, namespace: str) -> dict:
+        now = self.clock()
+        self.release_budget_holds(now)
+        self._emit({"type": "budgets"})
+        return self.budgets.status(namespace, now)
+
+    # ------------------------------------------------------------------ spot flavors
+
+    def _spot_tolerations(self) -> list[Toleration]:
+        """Tolerations of every spot flavor's nodeTaints (added to ``acceptSpot`` submissions)."""
+        out = []
+        for name in sorted(self.spot_flavors):
+            fl = self.config.resource_flavors.get(name)
+            for t in fl.node_taints if fl else []:
+                out.append(Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect))
+        return out
+
+    def _on_spot(self, rec: dict) -> bool:
+        adm = rec.get("admission") or {}
+        return any(f in self.spot_flavors for a in adm.get("podSetAssignments", []) for f in a["flavors"].values())
+
+    def _notice_path(self, uid: str) -> str:
+        return os.path.join(self.data_dir, "preemption-notices", f"{uid}.json")
+
+    def _spot_env(self, rec: dict) -> dict:
+        """Environment of a job that accepts spot: GPUQUEUE_SPOT (1 on a spot flavor, else 0),
+        GPUQUEUE_PREEMPTION_NOTICE_FILE / _SIGNAL / _GRACE_SECONDS. Empty for other jobs."""
+        if not rec["spec"].get("acceptSpot"):
+            return {}
+        path = self._notice_path(rec["uid"])
+        try:
+            os.unlink(path)  # a notice of an earlier admission
+        except OSError:
+            pass
+        return {"GPUQUEUE_SPOT": "1" if self._on_spot(rec) else "0",
+                "GPUQUEUE_PREEMPTION_NOTICE_FILE": path,
+                "GPUQUEUE_PREEMPTION_SIGNAL": self.spot_signal,
+                "GPUQUEUE_PREEMPTION_GRACE_SECONDS": f"{self.spot_grace_seconds:g}"}
+
+    def _spot_notice(self, uid: str, reason: str, message: str, now: float) -> bool:
+        """If ``uid`` is a spot job that accepted spot and still runs here, tell it it will be
+        preempted (notice file + signal) and schedule the stop ``spot_grace_seconds`` later.
+        Returns False (nothing done) otherwise."""
+        rec = self.records[uid]
+        notify = getattr(self.backend, "signal", None)
+        if not (rec["spec"].get("acceptSpot") and self._on_spot(rec) and callable(notify)
+                and uid in self.backend.running()):
+            return False
+        st = self._costs_state()
+        if uid in st["spot_stops"]:
+            return True  # already told
+        deadline = now + max(0.0, float(self.spot_grace_seconds))
+        path = self._notice_path(uid)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"reason": reason, "message": message, "deadline": deadline,
+                       "signal": self.spot_signal, "graceSeconds": self.spot_grace_seconds}, f)
+        os.replace(tmp, path)
+        if not notify(uid, _signal_number(self.spot_signal), f"preemption notice ({reason}); SIGTERM in "
+                      f"{self.spot_grace_seconds:g} s"):
+            return False
+        run = dict(rec.get("run") or {})
+        run.update(evictionDeadline=deadline, evictionReason=reason)
+        self.ledger.update_workload(uid, run=run)
+        rec["run"] = run
+        self.stopping[uid] = "Preempted:" + reason
+        st["spot_stops"][uid] = (deadline, message)
+        return True
+
+    # ------------------------------------------------------------------ utilization
+
+    def _device_uuids(self, rec: dict) -> list[str]:
+        by_index = {(n.name, str(g.index)): g.uuid for n in self.inventory.nodes for g in n.gpus}
+        out = []
+        for p in (rec.get("admission") or {}).get("placements", []):
+            for d in p["devices"]:
+                out.append(by_index.get((p["node"], d), d) if p.get("resource", GPU) == GPU else d)
+        return out
+
+    def _sample_utilization(self, now: float) -> int:
+        """One NVML sample of every running job's devices into the ledger; returns how many."""
+        devices = {uid: self._device_uuids(rec) for uid, rec in self.records.items() if rec["state"] == "Running"}
+        uuids = [u for us in devices.values() for u in us]
+        if not uuids:
+            return 0
+        rates = self.utilization_sampler(uuids)
+        samples = [(uid, u, now, rates[u]) for uid, us in devices.items() for u in us if u in rates]
+        return self.ledger.add_utilization_samples(samples)
+
+    # ------------------------------------------------------------------ capacity and reports
+
+    def capacity_by_flavor(self) -> dict[str, float]:
+        """GPU-equivalents of the inventory per ResourceFlavor: the GPUs and MIG slices on the
+        nodes matching its nodeLabels, of the resources some ClusterQueue offers in it (a MIG
+        slice as its share of the GPU's compute slices)."""
+        alloc = self.scheduler.allocator
+        out: dict[str, float] = {}
+        for fname, fl in self.config.resource_flavors.items():
+            nodes = [n for n in self.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
+            offered = {r for cq in self.config.cluster_queues.values() for rg in cq.resource_groups
+                       for f in rg.flavors if f.name == fname for r in rg.covered_resources}
+            total = 0.0
+            for r in offered:
+                if not (r == GPU or r.startswith(MIG_PREFIX)) or alloc is None:
+                    continue
+                _free, n = alloc.totals(r, nodes)
+                total += self.prices.gpu_equivalent(r, n)
+            if total:
+                out[fname] = total
+        return out
+
+    def report(self, kind: str, *, month: Optional[str] = None, date_from: Optional[str] = None,
+               date_to: Optional[str] = None, namespace: Optional[str] = None, owner: Optional[str] = None) -> dict:
+        """A cost report (``ledger/reports.py``) over the ledger's usage intervals.
+
+        ``kind``: jobs | users | teams | flavors | months | idle | daily. Period: ``month``
+        ("YYYY-MM") or ``date_from`` / ``date_to`` (UTC dates), default the current UTC month;
+        ``namespace`` / ``owner`` filter. Returns ``{"kind", "period": {"label", "since", "until"},
+        "generatedAt", "items": [...]}`` (teams also carry their budget status). Raises
+        ValidationError naming ``kind``, ``month``, ``from`` or ``to``."""
+        if kind not in reports.CSV_COLUMNS:
+            raise ValidationError(f"unknown report {kind!r}; expected one of {', '.join(reports.CSV_COLUMNS)}", "kind")
+        now = self.clock()
+        since, until, label = reports.parse_period(month, date_from, date_to, now)
+        end = min(until, now)  # nothing is used, nor idle, in the future
+        ivs = [i for i in self.ledger.report_intervals(now, since=since, until=until)
+               if (namespace is None or i["namespace"] == namespace) and (owner is None or i["owner"] == owner)]
+        if kind == "jobs":
+            items = reports.job_report(ivs, since, end, self.ledger.utilization(since, until))
+        elif kind == "users":
+            items = reports.user_report(ivs, since, end)
+        elif kind == "teams":
+            teams = {lq.namespace for lq in self.config.local_queues.values()}
+            if namespace is not None:
+                teams = {namespace}
+            items = reports.team_report(ivs, since, end, self.ledger.utilization(since, until), teams)
+            budgets = self.budgets.all() if self.budgets is not None else {}
+            for t in items:
+                b = budgets.get(t["namespace"])
+                t["month"] = label
+                t["budgetUsd"] = b.monthly_usd if b else None
+                t["budget"] = b.to_json() if b else None
+        elif kind == "flavors":
+            items = reports.flavor_report(ivs, since, end, self.capacity_by_flavor(), self.prices.price)
+        elif kind == "idle":
+            items = reports.idle_capacity(ivs, since, end, self.capacity_by_flavor(), self.prices.price)
+        elif kind == "months":
+            items = reports.month_report(ivs, since, end)
+        else:
+            items = reports.daily_spend(ivs, since, end)  # days up to today
+        return {"kind": kind, "period": {"label": label, "since": since, "until": until}, "generatedAt": now,
+                "items": items}
+

@@ -1,0 +1,31 @@
+"""Config of the ``gpuqueue`` hub-managed service (``jupyterhub-singleuser --config=<this file>``).
+
+The service is a jupyter_server running only what the queue needs; JupyterHub gives it its URL,
+prefix (``/services/gpuqueue/``) and API token through the environment.
+"""
+
+import os
+
+c = get_config()  # noqa: F821
+state = os.environ.get("GPUQUEUE_HUB_STATE") or os.path.abspath(os.path.join(".gpuqueue", "hub"))
+
+# The queue API only: no JupyterLab UI, terminals or language servers in the service.
+c.ServerApp.jpserver_extensions = {
+    "jupyter_gpuqueue": True,
+    "jupyterlab": False,
+    "jupyter_lsp": False,
+    "jupyter_server_terminals": False,
+    "notebook_shim": False,
+}
+c.ServerApp.default_url = "/gpuqueue/api/info"
+if hasattr(os, "geteuid") and os.geteuid() == 0:
+    c.ServerApp.allow_root = True  # containers that run everything as root
+
+c.GpuQueueApp.mode = "hub-service"
+c.GpuQueueApp.state_dir = os.path.join(state, "gpuqueue")
+# Teams from hub groups: group -> LocalQueues ("namespace/name") of the cluster configuration
+# (the bundled demo cluster unless c.GpuQueueApp.config_files or $GPUQUEUE_CONFIG names others).
+c.GpuQueueApp.group_local_queues = {
+    "team-a": ["team-a/team-a-queue"],
+    "team-b": ["team-b/team-b-queue"],
+}

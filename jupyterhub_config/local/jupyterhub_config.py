@@ -1,0 +1,149 @@
+"""A single-machine JupyterHub with one shared GPU queue (demo; see README.md next to this file).
+
+- The queue runs once, as the hub-managed service ``gpuqueue`` (``jupyterhub-singleuser`` loading
+  the jupyter_gpuqueue server extension in hub-service mode, configured by
+  ``gpuqueue_service_config.py``); its API is ``/services/gpuqueue/gpuqueue/api/``.
+- Every user's server (SimpleLocalProcessSpawner) runs the extension in hub-client mode: its own
+  ``/user/<name>/gpuqueue/api/`` forwards to the service as that user, with the server's
+  ``$JUPYTERHUB_API_TOKEN`` (scopes from ``c.Spawner.server_token_scopes``).
+- Teams are the hub groups ``team-a`` and ``team-b`` (mapped to LocalQueues in the service
+  config). Scopes ``custom:gpuqueue:submit`` and ``custom:gpuqueue:admin`` (admin implies submit)
+  are granted by the roles ``gpuqueue-users`` and ``gpuqueue-admins``.
+- Demo login: DummyAuthenticator, any listed user with the password ``$GPUQUEUE_DEMO_PASSWORD``
+  (default ``gpuqueue-demo``). Never use DummyAuthenticator on a machine others can reach.
+
+Environment knobs (all optional): ``GPUQUEUE_HUB_STATE`` (where the hub database, cookie secret,
+queue ledger and users' home folders go; default ``./.gpuqueue/hub``), ``GPUQUEUE_HUB_PORT``
+(public port, 8000), ``GPUQUEUE_HUB_API_PORT`` (8081), ``GPUQUEUE_PROXY_API_PORT`` (8001),
+``GPUQUEUE_SERVICE_PORT`` (10101), ``GPUQUEUE_HUB_IP`` (127.0.0.1). ``GPUQUEUE_CONFIG``,
+``GPUQUEUE_INVENTORY`` and ``GPUQUEUE_DB_URL`` are passed on to the service (cluster YAML,
+inventory YAML, ledger URL; the bundled demo cluster and inventory when unset and no GPU is found).
+
+If a file ``spawner.py`` exists next to this one it is loaded last (the spawner hook that admits
+notebook servers through the queue).
+"""
+
+import os
+import shutil
+import sys
+
+c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
+here = os.path.dirname(os.path.abspath(__file__))
+repo = os.path.dirname(os.path.dirname(here))
+bindir = os.path.dirname(sys.executable)  # the environment JupyterHub runs from
+
+state = os.path.abspath(os.environ.get("GPUQUEUE_HUB_STATE") or os.path.join(".gpuqueue", "hub"))
+os.makedirs(state, exist_ok=True)
+ip = os.environ.get("GPUQUEUE_HUB_IP", "127.0.0.1")
+hub_port = int(os.environ.get("GPUQUEUE_HUB_PORT", "8000"))
+hub_api_port = int(os.environ.get("GPUQUEUE_HUB_API_PORT", "8081"))
+proxy_api_port = int(os.environ.get("GPUQUEUE_PROXY_API_PORT", "8001"))
+service_port = int(os.environ.get("GPUQUEUE_SERVICE_PORT", "10101"))
+
+# -- the hub, its proxy and its database ---------------------------------------------------------
+c.JupyterHub.bind_url = f"http://{ip}:{hub_port}"
+c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{hub_api_port}"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.pid_file = os.path.join(state, "jupyterhub-proxy.pid")
+if not shutil.which("configurable-http-proxy"):
+    # scripts/test.sh and run.sh install it with npm into the repository's .ci-node/
+    local_chp = os.path.join(repo, ".ci-node", "node_modules", ".bin", "configurable-http-proxy")
+    if os.path.exists(local_chp):
+        c.ConfigurableHTTPProxy.command = [local_chp]
+c.JupyterHub.db_url = f"sqlite:///{os.path.join(state, 'jupyterhub.sqlite')}"
+c.JupyterHub.cookie_secret_file = os.path.join(state, "jupyterhub_cookie_secret")
+
+# -- who may log in: demo users, the hub groups that are teams -------------------------------------
+team_a = ["alice", "anna"]
+team_b = ["bob"]
+both = ["carol"]  # in two teams: picks a LocalQueue in the submit form
+no_team = ["dave"]  # may use the queue, but no group maps to a LocalQueue: gets a clear 403
+admins = ["ada"]
+
+# DummyAuthenticator with one shared demo password (JupyterHub >= 5.3 logs that .password is
+# deprecated in favour of SharedPasswordAuthenticator, whose admins need a separate 32-character
+# password; for a loopback demo one password is simpler). Replace it in any real deployment.
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = os.environ.get("GPUQUEUE_DEMO_PASSWORD", "gpuqueue-demo")
+c.Authenticator.allowed_users = set(team_a + team_b + both + no_team + admins)
+c.Authenticator.admin_users = set(admins)
+c.JupyterHub.load_groups = {
+    "team-a": {"users": team_a + both + admins},
+    "team-b": {"users": team_b + both},
+    "researchers": {"users": team_a + team_b + both + no_team + admins},
+}
+
+# -- the GPU queue's custom scopes and who holds them ----------------------------------------------
+c.JupyterHub.custom_scopes = {
+    "custom:gpuqueue:submit": {
+        "description": "Submit GPU workloads to the team queues; list, cancel and read the logs of one's own.",
+    },
+    "custom:gpuqueue:admin": {
+        "description": "Change GPU quotas, cohorts, priority classes and prices; read the audit log.",
+        "subscopes": ["custom:gpuqueue:submit"],
+    },
+}
+c.JupyterHub.load_roles = [
+    {
+        "name": "gpuqueue-users",
+        "description": "Use the shared GPU queue",
+        "groups": ["researchers"],
+        "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:submit"],
+    },
+    {
+        "name": "gpuqueue-admins",
+        "description": "Administer the shared GPU queue",
+        "users": admins,
+        "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:admin"],
+    },
+]
+
+# -- the queue: one hub-managed service ------------------------------------------------------------
+c.JupyterHub.services = [
+    {
+        "name": "gpuqueue",
+        "url": f"http://127.0.0.1:{service_port}",
+        "command": [
+            os.path.join(bindir, "jupyterhub-singleuser"),
+            f"--config={os.path.join(here, 'gpuqueue_service_config.py')}",
+        ],
+        "cwd": state,
+        # the service sees only JupyterHub's env_keep variables plus these: pass the queue's own
+        "environment": {
+            "GPUQUEUE_HUB_STATE": state,
+            **{
+                var: os.environ[var]
+                for var in ("GPUQUEUE_CONFIG", "GPUQUEUE_INVENTORY", "GPUQUEUE_DB_URL")
+                if os.environ.get(var)
+            },
+        },
+        "oauth_no_confirm": True,
+        # browser (OAuth) tokens for the service carry these scopes where the user holds them
+        "oauth_client_allowed_scopes": ["custom:gpuqueue:submit", "custom:gpuqueue:admin"],
+    }
+]
+
+# -- users' servers: local processes, the queue extension in hub-client mode ----------------------
+c.JupyterHub.spawner_class = "simple"  # SimpleLocalProcessSpawner: runs as the hub's OS user
+c.SimpleLocalProcessSpawner.home_dir_template = os.path.join(state, "home", "{username}")
+c.Spawner.cmd = [os.path.join(bindir, "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+if hasattr(os, "geteuid") and os.geteuid() == 0:
+    c.Spawner.args = ["--allow-root"]  # containers that run everything as root
+c.Spawner.environment = {
+    # hub-client mode: forward {base_url}gpuqueue/api/ to the service (directly, not via the proxy)
+    "GPUQUEUE_SERVICE_URL": f"http://127.0.0.1:{service_port}/services/gpuqueue/",
+}
+# The server's $JUPYTERHUB_API_TOKEN gets the subset of these that its user holds: the queue's
+# scopes for members of gpuqueue-users, admin only for gpuqueue-admins.
+c.Spawner.server_token_scopes = [
+    "users:activity!user",
+    "access:servers!server",
+    "access:services!service=gpuqueue",
+    "custom:gpuqueue:submit",
+    "custom:gpuqueue:admin",
+]
+
+# -- the spawner hook (admits notebook servers through the queue), when present --------------------
+if os.path.exists(os.path.join(here, "spawner.py")):
+    load_subconfig(os.path.join(here, "spawner.py"))  # noqa: F821

@@ -1,0 +1,269 @@
+/**
+ * One ClusterQueue in the admin view: its cohort and, per flavor and resource, the nominalQuota,
+ * borrowingLimit and lendingLimit, editable inline. "Apply" sends only what changed
+ * (`PATCH admin/cluster-queues/{name}`); an error the API answers is shown under the row and field
+ * its `field` names (a Kueue path such as `spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit`).
+ */
+import * as React from 'react';
+
+import { ApiError, IAdminClusterQueue, IAdminQuota, IQuotaPatch } from '../../api';
+import { QueueModel } from '../../model';
+
+type QuotaField = 'nominalQuota' | 'borrowingLimit' | 'lendingLimit';
+const FIELDS: QuotaField[] = ['nominalQuota', 'borrowingLimit', 'lendingLimit'];
+const PLACEHOLDER: Record<QuotaField, string> = {
+  nominalQuota: '0',
+  borrowingLimit: 'no limit',
+  lendingLimit: 'all'
+};
+
+type Draft = Record<string, Record<QuotaField, string>>;
+
+function draftOf(cq: IAdminClusterQueue): Draft {
+  const d: Draft = {};
+  for (const r of cq.resources) {
+    d[r.path] = {
+      nominalQuota: r.nominalQuota,
+      borrowingLimit: r.borrowingLimit ?? '',
+      lendingLimit: r.lendingLimit ?? ''
+    };
+  }
+  return d;
+}
+
+/** "nvidia.com/gpu" → "GPU", "nvidia.com/mig-1g.10gb" → "MIG 1g.10gb". */
+export function resourceLabel(resource: string): string {
+  if (resource === 'nvidia.com/gpu') {
+    return 'GPU';
+  }
+  if (resource.startsWith('nvidia.com/mig-')) {
+    return `MIG ${resource.slice('nvidia.com/mig-'.length)}`;
+  }
+  return resource === 'cpu' ? 'CPU' : resource;
+}
+
+function isDevice(r: IAdminQuota): boolean {
+  return r.resource === 'nvidia.com/gpu' || r.resource.startsWith('nvidia.com/mig-');
+}
+
+export function ClusterQueueEditor(props: {
+  model: QueueModel;
+  cq: IAdminClusterQueue;
+  cohorts: string[];
+  onApplied: (what: string) => Promise<void>;
+}): JSX.Element {
+  const { cq, model } = props;
+  const [draft, setDraft] = React.useState<Draft>(() => draftOf(cq));
+  const [cohort, setCohort] = React.useState(cq.cohort ?? '');
+  const [errors, setErrors] = React.useState<Record<string, string>>({});
+  const [formError, setFormError] = React.useState<string | null>(null);
+  const [busy, setBusy] = React.useState(false);
+  const [showAll, setShowAll] = React.useState(false);
+
+  React.useEffect(() => {
+    setDraft(draftOf(cq));
+    setCohort(cq.cohort ?? '');
+  }, [cq]);
+
+  const original = React.useMemo(() => draftOf(cq), [cq]);
+  const changedRows = cq.resources.filter(r =>
+    FIELDS.some(f => draft[r.path]?.[f] !== original[r.path][f])
+  );
+  const cohortChanged = cohort.trim() !== (cq.cohort ?? '');
+  const dirty = changedRows.length > 0 || cohortChanged;
+
+  const setValue = (path: string, field: QuotaField, value: string) => {
+    setDraft(d => ({ ...d, [path]: { ...d[path], [field]: value } }));
+    setErrors(e => {
+      const next = { ...e };
+      delete next[`${path}.${field}`];
+      return next;
+    });
+  };
+
+  /** Which row and field an API error names. */
+  const placeError = (err: ApiError, sent: IAdminQuota[]): boolean => {
+    const field = err.field ?? '';
+    if (field === 'cohort' || field.startsWith('spec.cohort')) {
+      setErrors({ cohort: err.message });
+      return true;
+    }
+    const m = /^resources\[(\d+)\](?:\.(\w+))?$/.exec(field);
+    if (m && sent[Number(m[1])]) {
+      const f = (FIELDS as string[]).includes(m[2]) ? m[2] : 'nominalQuota';
+      setErrors({ [`${sent[Number(m[1])].path}.${f}`]: err.message });
+      return true;
+    }
+    for (const r of cq.resources) {
+      if (field.startsWith(`${r.path}.`)) {
+        const rest = field.slice(r.path.length + 1);
+        const f = (FIELDS as string[]).includes(rest) ? rest : 'nominalQuota';
+        setErrors({ [`${r.path}.${f}`]: err.message });
+        return true;
+      }
+    }
+    return false;
+  };
+
+  const apply = async () => {
+    const sent = changedRows;
+    const patch: { cohort?: string | null; resources?: IQuotaPatch[] } = {};
+    if (cohortChanged) {
+      patch.cohort = cohort.trim() || null;
+    }
+    if (sent.length) {
+      patch.resources = sent.map(r => {
+        const p: IQuotaPatch = { flavor: r.flavor, resource: r.resource };
+        for (const f of FIELDS) {
+          const v = draft[r.path][f].trim();
+          if (v !== original[r.path][f]) {
+            if (f === 'nominalQuota') {
+              p.nominalQuota = v;
+            } else {
+              p[f] = v || null;
+            }
+          }
+        }
+        return p;
+      });
+    }
+    setBusy(true);
+    setErrors({});
+    setFormError(null);
+    try {
+      await model.client.patchClusterQueue(cq.name, patch);
+      await props.onApplied(`ClusterQueue ${cq.name}`);
+    } catch (err) {
+      if (!(err instanceof ApiError) || !placeError(err, sent)) {
+        setFormError((err as Error).message);
+      }
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const rows = cq.resources.filter(r => showAll || isDevice(r) || r.path in errors);
+  const hidden = cq.resources.length - rows.length;
+  const listId = `jp-gpuqueue-cohorts-${cq.name}`;
+  return (
+    <div className="jp-gpuqueue-admin-card" data-admin-cluster-queue={cq.name}>
+      <div className="jp-gpuqueue-admin-card-head">
+        <span className="jp-gpuqueue-cq-name">{cq.name}</span>
+        <span className="jp-gpuqueue-muted">
+          {cq.queueingStrategy} · {cq.localQueues.join(', ') || 'no LocalQueue'}
+        </span>
+      </div>
+      <label className="jp-gpuqueue-field jp-gpuqueue-admin-cohort">
+        <span>Cohort (empty: none, no borrowing or lending)</span>
+        <input
+          className={`jp-mod-styled ${errors.cohort ? 'jp-mod-invalid' : ''}`}
+          data-admin-field="cohort"
+          value={cohort}
+          list={listId}
+          placeholder="none"
+          onChange={e => {
+            setCohort(e.target.value);
+            setErrors({});
+          }}
+        />
+        <datalist id={listId}>
+          {props.cohorts.map(c => (
+            <option key={c} value={c} />
+          ))}
+        </datalist>
+        {errors.cohort && (
+          <div className="jp-gpuqueue-field-error" data-field="cohort" role="alert">
+            {errors.cohort}
+          </div>
+        )}
+      </label>
+      <table className="jp-gpuqueue-admin-table">
+        <thead>
+          <tr>
+            <th>Flavor · resource</th>
+            <th title="nominalQuota">Nominal</th>
+            <th title="borrowingLimit: how much more it may borrow from the cohort">Borrow</th>
+            <th title="lendingLimit: how much of its unused quota it lends to the cohort">Lend</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map(r => {
+            const rowErrors = FIELDS.filter(f => errors[`${r.path}.${f}`]);
+            return (
+              <React.Fragment key={r.path}>
+                <tr data-quota={`${r.flavor}|${r.resource}`}>
+                  <td className="jp-gpuqueue-admin-what">
+                    <span>{r.flavor}</span>
+                    <span className="jp-gpuqueue-muted">{resourceLabel(r.resource)}</span>
+                  </td>
+                  {FIELDS.map(f => (
+                    <td key={f}>
+                      <input
+                        className={`jp-mod-styled jp-gpuqueue-admin-input ${
+                          errors[`${r.path}.${f}`] ? 'jp-mod-invalid' : ''
+                        } ${draft[r.path]?.[f] !== original[r.path][f] ? 'jp-mod-dirty' : ''}`}
+                        data-admin-field={f}
+                        aria-label={`${f} of ${r.resource} in ${r.flavor}`}
+                        value={draft[r.path]?.[f] ?? ''}
+                        placeholder={PLACEHOLDER[f]}
+                        onChange={e => setValue(r.path, f, e.target.value)}
+                        onKeyDown={e => {
+                          if (e.key === 'Enter' && dirty && !busy) {
+                            void apply();
+                          }
+                        }}
+                      />
+                    </td>
+                  ))}
+                </tr>
+                {rowErrors.map(f => (
+                  <tr key={f} className="jp-gpuqueue-admin-error-row">
+                    <td colSpan={4}>
+                      <div
+                        className="jp-gpuqueue-field-error"
+                        data-field={`${r.path}.${f}`}
+                        role="alert"
+                      >
+                        {errors[`${r.path}.${f}`]}
+                      </div>
+                    </td>
+                  </tr>
+                ))}
+              </React.Fragment>
+            );
+          })}
+        </tbody>
+      </table>
+      {formError && <div className="jp-gpuqueue-form-error">{formError}</div>}
+      <div className="jp-gpuqueue-actions">
+        <button
+          type="button"
+          className="jp-mod-styled jp-mod-accept"
+          data-action="apply-cluster-queue"
+          disabled={!dirty || busy}
+          onClick={() => void apply()}
+        >
+          {busy ? 'Applying…' : 'Apply'}
+        </button>
+        <button
+          type="button"
+          className="jp-mod-styled jp-mod-reject"
+          disabled={!dirty || busy}
+          onClick={() => {
+            setDraft(draftOf(cq));
+            setCohort(cq.cohort ?? '');
+            setErrors({});
+            setFormError(null);
+          }}
+        >
+          Reset
+        </button>
+        {(hidden > 0 || showAll) && (
+          <button type="button" className="jp-gpuqueue-link" onClick={() => setShowAll(!showAll)}>
+            {showAll ? 'GPUs only' : `+ cpu, memory (${hidden})`}
+          </button>
+        )}
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,133 @@
+/**
+ * Preemption warning for notebook GPU leases.
+ *
+ * A notebook server started through the hub's GPU queue holds its GPUs as a Workload of kind
+ * `NotebookLease` (docs/rest-api.md). When higher-priority work preempts it, the lease is not cut
+ * at once: it gets `evictionDeadline` (seconds since the epoch) and keeps its GPUs until then.
+ * This shows a JupyterLab notification (warning) with the time left, updated while it counts
+ * down, and dismisses it when the lease ends. One notification per lease, for the current
+ * user's own leases only.
+ */
+import { Notification } from '@jupyterlab/apputils';
+
+import { GpuQueueClient, IWorkload } from './api';
+import { QueueModel } from './model';
+
+/** The lease fields of a Workload (docs/rest-api.md, Workload). */
+interface ILeaseFields {
+  kind?: string;
+  evictionDeadline?: number | null;
+}
+
+const LEASE_KIND = 'NotebookLease';
+const UPDATE_MS = 15_000;
+/** How often to look for a lease while the panel's model is not live yet. */
+const DISCOVER_MS = 60_000;
+
+/** "4 min 10 s", "45 s", "less than a second". */
+export function formatTimeLeft(seconds: number): string {
+  if (seconds < 1) {
+    return 'less than a second';
+  }
+  const s = Math.round(seconds);
+  const m = Math.floor(s / 60);
+  const rest = s % 60;
+  if (m === 0) {
+    return `${rest} s`;
+  }
+  return rest ? `${m} min ${rest} s` : `${m} min`;
+}
+
+/** The warning text for a lease with an eviction deadline. */
+export function leaseWarningText(w: IWorkload, nowMs: number): string {
+  const deadline = (w as IWorkload & ILeaseFields).evictionDeadline ?? 0;
+  const left = formatTimeLeft(deadline - nowMs / 1000);
+  const why = w.message ? ` ${w.message}.` : '';
+  return (
+    `Your notebook's GPU lease ${w.namespace}/${w.name} will be released in ${left}: ` +
+    `higher-priority work needs the GPU.${why} Save your work; the server stops then.`
+  );
+}
+
+/**
+ * Watch the model for the current user's leases that get an `evictionDeadline` and warn.
+ *
+ * The panel's model goes live (event stream) only when the panel is first shown; a user who holds
+ * a lease must be warned without opening it. So the user's workloads are checked once at start
+ * and then every minute: as soon as one is a lease, the model is started. Returns a function that
+ * stops watching and dismisses open warnings.
+ */
+export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): () => void {
+  const open = new Map<string, { id: string; workload: IWorkload }>();
+  let discoverTimer = 0;
+  const discover = async () => {
+    try {
+      const items = await client.workloads();
+      const live = ['Pending', 'Admitted', 'Running'];
+      const held = items.some(
+        w => (w as IWorkload & ILeaseFields).kind === LEASE_KIND && live.includes(w.state)
+      );
+      if (held) {
+        model.start(); // no-op when the panel already started it
+        window.clearInterval(discoverTimer);
+      }
+    } catch (reason) {
+      // the panel reports connection problems; keep looking
+    }
+  };
+  void discover();
+  discoverTimer = window.setInterval(() => void discover(), DISCOVER_MS);
+
+  const isWarned = (w: IWorkload): boolean => {
+    const lease = w as IWorkload & ILeaseFields;
+    const mine = !model.info || w.owner === model.info.user;
+    return (
+      mine && lease.kind === LEASE_KIND && w.state === 'Running' && !!lease.evictionDeadline
+    );
+  };
+
+  const check = (w: IWorkload) => {
+    const key = `${w.namespace}/${w.name}`;
+    const current = open.get(key);
+    if (isWarned(w)) {
+      if (current) {
+        current.workload = w;
+        Notification.update({ id: current.id, message: leaseWarningText(w, Date.now()) });
+      } else {
+        const id = Notification.warning(leaseWarningText(w, Date.now()), { autoClose: false });
+        open.set(key, { id, workload: w });
+      }
+    } else if (current && (w.state !== 'Running' || !isWarned(w))) {
+      Notification.dismiss(current.id);
+      open.delete(key);
+    }
+  };
+
+  const onWorkload = (_: QueueModel, w: IWorkload) => check(w);
+  const onChanged = () => {
+    for (const entry of model.workloads) {
+      check(entry.workload);
+    }
+  };
+  model.workloadChanged.connect(onWorkload);
+  model.changed.connect(onChanged);
+  onChanged();
+
+  // Count down between events.
+  const timer = window.setInterval(() => {
+    for (const { id, workload } of open.values()) {
+      Notification.update({ id, message: leaseWarningText(workload, Date.now()) });
+    }
+  }, UPDATE_MS);
+
+  return () => {
+    window.clearInterval(timer);
+    window.clearInterval(discoverTimer);
+    model.workloadChanged.disconnect(onWorkload);
+    model.changed.disconnect(onChanged);
+    for (const { id } of open.values()) {
+      Notification.dismiss(id);
+    }
+    open.clear();
+  };
+}

@@ -1,0 +1,190 @@
+"""End to end in headless Chromium: an admin edits quotas in the GPU Queue panel's Admin view.
+
+The admin first tries an invalid change (a borrowingLimit on a ClusterQueue taken out of its
+cohort): the API refuses it with Kueue's reason, shown under the field, and nothing changes. Then
+a valid change (team-a's A100 nominalQuota 4 → 5) is applied live: the REST API and the queue view
+show it, and the audit log lists it with before → after. Priority values, prices and a YAML
+round trip are edited the same way. A user without the admin scope sees no Admin section.
+Screenshots go to test-artifacts/screenshots/ (GPUQUEUE_SCREENSHOT_DIR=docs/screenshots refreshes
+the README's admin.png).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+from pathlib import Path
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_gpuqueue.server.scopes import STANDALONE_ADMIN_KEY
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
+API = ("gpuqueue", "api")
+
+
+async def api(jp_fetch, *parts, method="GET", body=None, params=None):
+    kwargs = {"method": method, "params": params}
+    if body is not None:
+        kwargs["body"] = json.dumps(body)
+    try:
+        resp = await jp_fetch(*API, *parts, **kwargs)
+    except HTTPClientError as e:
+        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
+        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
+    return json.loads(resp.body)
+
+
+def gpu_quota(view: dict, cq: str, flavor: str) -> dict:
+    q = next(c for c in view["clusterQueues"] if c["name"] == cq)
+    return next(r for r in q["resources"] if r["flavor"] == flavor and r["resource"] == "nvidia.com/gpu")
+
+
+async def open_panel(page, lab_url: str):
+    from playwright.async_api import expect
+
+    await page.goto(lab_url)
+    await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+    # JupyterLab adds the sidebar tab once every plugin is activated (slow on a busy machine)
+    tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
+    await tab.wait_for(timeout=60000)
+    panel = page.locator("#jp-gpuqueue-panel")
+    if not await panel.is_visible():  # a reload restores the open panel; a click would close it
+        await tab.click()
+    await expect(panel).to_be_visible()
+    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+    return panel
+
+
+async def widen_sidebar(page, width: int) -> None:
+    panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = await handle.bounding_box()
+    if not panel or not box:
+        return
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    await page.mouse.move(x, y)
+    await page.mouse.down()
+    await page.mouse.move(x + (width - panel["width"]), y, steps=5)
+    await page.mouse.up()
+
+
+async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_url, chromium_launch_args):
+    from playwright.async_api import async_playwright, expect
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    before = await api(jp_fetch, "admin", "config")
+    assert gpu_quota(before, "team-a-cq", "nvidia-a100")["nominalQuota"] == "4"
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(**chromium_launch_args)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+            page = await context.new_page()
+            page.set_default_timeout(30000)
+            page_errors: list[str] = []
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            panel = await open_panel(page, lab_url)
+            await widen_sidebar(page, 470)
+            # fold the user's sections; open Admin
+            for section in ("submit", "jobs", "availability", "team"):
+                await panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle').click()
+            await panel.locator('[data-section="admin"] .jp-gpuqueue-section-toggle').click()
+            card = panel.locator('[data-admin-cluster-queue="team-a-cq"]')
+            await expect(card).to_be_visible()
+            a100 = card.locator('tr[data-quota="nvidia-a100|nvidia.com/gpu"]')
+            nominal = a100.locator('input[data-admin-field="nominalQuota"]')
+            await expect(nominal).to_have_value("4")
+
+            # (1) invalid: out of the cohort, with a borrowingLimit → Kueue's reason under the field
+            await card.locator('input[data-admin-field="cohort"]').fill("")
+            await a100.locator('input[data-admin-field="borrowingLimit"]').fill("2")
+            await card.locator('[data-action="apply-cluster-queue"]').click()
+            error = card.locator(
+                '.jp-gpuqueue-field-error[data-field="spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit"]'
+            )
+            await expect(error).to_contain_text("must be nil when cohort is empty")
+            await expect(a100.locator('input[data-admin-field="borrowingLimit"]')).to_have_class(
+                re.compile("jp-mod-invalid"))
+            unchanged = await api(jp_fetch, "admin", "config")
+            assert next(c for c in unchanged["clusterQueues"] if c["name"] == "team-a-cq")["cohort"] == "research"
+            assert (await api(jp_fetch, "admin", "audit"))["total"] == 0
+
+            # (2) valid: reset, raise the A100 quota to 5, apply
+            await card.get_by_role("button", name="Reset").click()
+            await expect(error).to_have_count(0)
+            await nominal.fill("5")
+            await card.locator('[data-action="apply-cluster-queue"]').click()
+            await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text(
+                "ClusterQueue team-a-cq: applied")
+            await expect(nominal).to_have_value("5")
+            await expect(nominal).not_to_have_class(re.compile("jp-mod-dirty"))
+            after = await api(jp_fetch, "admin", "config")
+            assert gpu_quota(after, "team-a-cq", "nvidia-a100")["nominalQuota"] == "5"
+            queues = await api(jp_fetch, "queues")
+            live = next(r for c in queues["clusterQueues"] if c["name"] == "team-a-cq" for r in c["resources"]
+                        if r["flavor"] == "nvidia-a100" and r["resource"] == "nvidia.com/gpu")
+            assert live["nominalQuota"] == "5"
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin.png"))
+
+            # (3) the audit log shows who changed what, before → after
+            await panel.locator('[data-admin-tab="audit"]').click()
+            entry = panel.locator(".jp-gpuqueue-admin-audit > li").first
+            await expect(entry).to_contain_text("patch-cluster-queue")
+            await expect(entry).to_contain_text("ClusterQueue/team-a-cq")
+            await expect(entry).to_contain_text("alice")
+            await expect(entry.locator(".jp-gpuqueue-admin-changes")).to_contain_text(
+                "nvidia-a100 nvidia.com/gpu.nominalQuota: 4 → 5")
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-audit.png"))
+
+            # (4) priorities, prices and the YAML export, each edited or shown in the panel
+            await panel.locator('[data-admin-tab="priorities"]').click()
+            dev = panel.locator('[data-admin-priority-class="development"]')
+            await dev.locator('input[data-admin-field="value"]').fill("1000000001")
+            await dev.get_by_role("button", name="Apply").click()
+            await expect(dev.locator('.jp-gpuqueue-field-error[data-field="value"]')).to_contain_text(
+                "maximum allowed value of a user defined priority is 1000000000")
+            await dev.locator('input[data-admin-field="value"]').fill("1500")
+            await dev.get_by_role("button", name="Apply").click()
+            await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text("PriorityClass development")
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-priorities.png"))
+            await panel.locator('[data-admin-tab="prices"]').click()
+            l4 = panel.locator('tr[data-price-flavor="nvidia-l4"] input')
+            await l4.fill("0.95")
+            await panel.get_by_role("button", name="Save prices").click()
+            await expect(panel.locator('tr[data-price-flavor="nvidia-l4"]')).to_contain_text("$0.95 (listed)")
+            assert (await api(jp_fetch, "prices"))["flavors"]["nvidia-l4"] == 0.95
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-prices.png"))
+            await panel.locator('[data-admin-tab="yaml"]').click()
+            await panel.locator('[data-action="export"]').click()
+            yaml_box = panel.locator("textarea.jp-gpuqueue-admin-yaml")
+            await expect(yaml_box).to_have_value(re.compile(r"kind: ClusterQueue"))
+            await panel.get_by_role("button", name="Validate").click()
+            await expect(panel.locator('[role="status"]', has_text="Valid:")).to_contain_text("2 clusterQueues")
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-yaml.png"))
+            assert (await api(jp_fetch, "admin", "audit"))["total"] == 3
+            await panel.get_by_role("button", name="Import (replace all)").click()
+            await page.locator(".jp-Dialog-button.jp-mod-warn").click()  # confirm
+            await expect(panel.locator('[role="status"]', has_text="Imported:")).to_be_visible()
+            entries = (await api(jp_fetch, "admin", "audit"))["items"]
+            assert [e["operation"] for e in entries][:1] == ["import"] and len(entries) == 4
+
+            # (5) a user without the admin scope sees no Admin section (the setting is read per
+            # request, so the same server serves a non-admin after a reload)
+            started.web_app.settings[STANDALONE_ADMIN_KEY] = False
+            try:
+                panel = await open_panel(page, lab_url)
+                await expect(panel.locator('[data-section="team"]')).to_be_visible()
+                await expect(panel.locator('[data-section="admin"]')).to_have_count(0)
+            finally:
+                started.web_app.settings[STANDALONE_ADMIN_KEY] = True
+            assert not page_errors, page_errors
+            await context.close()
+        finally:
+            await browser.close()
+

@@ -1,0 +1,88 @@
+"""One submission through the REST API of a real Jupyter server whose queue runs Jobs on the fake
+cluster, configured the way an operator does it: ``c.GpuQueueApp.backend = "kubernetes"`` and a
+kubeconfig file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from .fake_apiserver import FakeApiServer, FakeCluster
+from .test_service_kubernetes import CLUSTER, GPU_NODE_LABELS, TAINT
+
+API = ("gpuqueue", "api")
+
+
+@pytest.fixture
+def fake_cluster():
+    c = FakeCluster()
+    c.add_namespace("team-a")
+    c.add_node("gpu-1", labels=GPU_NODE_LABELS, allocatable={"nvidia.com/gpu": "2"}, taints=TAINT)
+    c.now = time.time()
+    srv = FakeApiServer(c).start()
+    c.run_controllers(0.02, real_time=True)
+    yield c, srv
+    srv.stop()
+
+
+@pytest.fixture
+def gpuqueue_config(tmp_path, monkeypatch, fake_cluster):
+    _, srv = fake_cluster
+    for var in ("GPUQUEUE_CONFIG", "GPUQUEUE_INVENTORY", "GPUQUEUE_DB_URL", "KUBECONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": srv.url}}],
+        "users": [{"name": "gpuqueue", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpuqueue"}}]}))
+    return {
+        "db_url": f"sqlite:///{tmp_path / 'ledger.sqlite'}",
+        "state_dir": str(tmp_path / "state"),
+        "config_files": [str(tmp_path / "cluster.yaml")],
+        "cycle_interval": 0.05,
+        "standalone_user": "alice",
+        "default_local_queue": "team-a/q",
+        "prices": {"a100": 3.6},
+        "backend": "kubernetes",
+        "kubeconfig": str(kubeconfig),
+        "job_image": "busybox:1.36",
+    }
+
+
+async def _get(jp_fetch, *parts):
+    resp = await jp_fetch(*API, *parts, method="GET")
+    return json.loads(resp.body)
+
+
+async def _wait(jp_fetch, name, state, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        wl = await _get(jp_fetch, "workloads", "team-a", name)
+        if wl["state"] == state:
+            return wl
+        assert time.monotonic() < deadline, f"{name} stuck in {wl['state']} ({wl['message']})"
+        await asyncio.sleep(0.05)
+
+
+async def test_rest_submission_runs_as_a_kubernetes_job(jp_fetch, started, fake_cluster):
+    cluster, _ = fake_cluster
+    inv = await _get(jp_fetch, "inventory")
+    assert inv["source"] == "kubernetes" and [n["name"] for n in inv["nodes"]] == ["gpu-1"]
+    resp = await jp_fetch(*API, "workloads", method="POST", body=json.dumps(
+        {"name": "rest-job", "command": ["nvidia-smi", "-L"], "gpus": 1, "priorityClass": "low"}))
+    assert resp.code == 201
+    await _wait(jp_fetch, "rest-job", "Running")
+    job = cluster.get(("batch", "jobs"), "team-a", "rest-job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["nvidia-smi", "-L"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    await asyncio.sleep(1.1)  # condition times have whole seconds
+    cluster.finish_pods("team-a", "rest-job", 0)
+    done = await _wait(jp_fetch, "rest-job", "Succeeded")
+    assert done["exitCode"] == 0 and done["costUsd"] > 0
+    assert done["admission"]["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "a100"}
+    assert cluster.schema_errors == []

@@ -1,0 +1,409 @@
+"""Crash consistency: a real ``jupyter server`` with the queue is killed with SIGKILL at random
+moments, during a burst of concurrent REST submissions and during a drain of short real jobs, and
+restarted on the same ledger and state folder. After every restart:
+
+- every acknowledged submission (a 201 the client received) is in the ledger and the API exactly once;
+- no GPU or MIG device is assigned to two live workloads (ledger, the service's inventory view, and
+  the job processes really alive with their CUDA_VISIBLE_DEVICES);
+- every usage interval is closed exactly when its job finished (at the exit time the job's wrapper
+  recorded, also when it finished while the server was down), open only for admitted work, and
+  never ends before it starts;
+- jobs still running are adopted again (Running, the same pid and start time) and later finish
+  normally;
+- admitted usage never exceeds what the quotas allow (nominal + borrowing within the cohort).
+
+At the end everything drains: every workload ran exactly once (each job appends a line with its
+pid to a marker file named by its uid) and succeeded, no interval is open, no device is held.
+
+Scale: ``CRASH_SEEDS`` seeds × ``TRIALS`` kills (21 by default); servers are forked from a
+pre-imported Python (tests/server_zygote.py) so that a restart costs about a second.
+``GPUQUEUE_CRASH_TRIALS=<n>`` runs n kills per seed instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+import requests
+
+from servertools import Launcher, RunningServer, ServerSetup
+
+pytestmark = pytest.mark.slow
+
+CRASH_SEEDS = [11, 23, 37]
+TRIALS = int(os.environ.get("GPUQUEUE_CRASH_TRIALS", "7"))  # kills per seed
+
+CLUSTER = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-a}
+spec: {nodeLabels: {model: a}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-a-mig}
+spec: {nodeLabels: {model: a, mig: mixed}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq-one}
+spec:
+  cohort: lab
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu-a
+      resources: [{name: nvidia.com/gpu, nominalQuota: 2, borrowingLimit: 1}]
+  - coveredResources: [nvidia.com/mig-1g.10gb]
+    flavors:
+    - name: gpu-a-mig
+      resources: [{name: nvidia.com/mig-1g.10gb, nominalQuota: 4}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq-two}
+spec:
+  cohort: lab
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu-a
+      resources: [{name: nvidia.com/gpu, nominalQuota: 2}]
+  - coveredResources: [nvidia.com/mig-1g.10gb]
+    flavors:
+    - name: gpu-a-mig
+      resources: [{name: nvidia.com/mig-1g.10gb, nominalQuota: 3}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: one}
+spec: {clusterQueue: cq-one}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: two}
+spec: {clusterQueue: cq-two}
+"""
+
+INVENTORY = """
+nodes:
+- name: box
+  labels: {model: a, mig: mixed}
+  gpus:
+  - {index: 0, uuid: GPU-00000000-0000-0000-0000-000000000000, product: Model A, memoryMiB: 1024}
+  - {index: 1, uuid: GPU-00000000-0000-0000-0000-000000000001, product: Model A, memoryMiB: 1024}
+  - {index: 2, uuid: GPU-00000000-0000-0000-0000-000000000002, product: Model A, memoryMiB: 1024}
+  - {index: 3, uuid: GPU-00000000-0000-0000-0000-000000000003, product: Model A, memoryMiB: 1024}
+  - index: 4
+    uuid: GPU-00000000-0000-0000-0000-000000000004
+    product: Model A
+    memoryMiB: 1024
+    mig:
+""" + "".join(
+    f"    - {{uuid: MIG-00000000-0000-0000-0000-00000000000{i}, profile: 1g.10gb}}\n" for i in range(7)
+)
+
+# Quotas as configured above (the independent reference the checks use, not the server's view).
+NOMINAL = {("cq-one", "gpu-a", "nvidia.com/gpu"): 2, ("cq-one", "gpu-a-mig", "nvidia.com/mig-1g.10gb"): 4,
+           ("cq-two", "gpu-a", "nvidia.com/gpu"): 2, ("cq-two", "gpu-a-mig", "nvidia.com/mig-1g.10gb"): 3}
+BORROWING_LIMIT = {("cq-one", "gpu-a", "nvidia.com/gpu"): 1}
+ACTIVE = ("Pending", "Admitted", "Running")
+LIVE = ("Admitted", "Running")
+FINISHED = ("Succeeded", "Failed", "Cancelled")
+
+
+# -- the queue under test ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def launcher():
+    la = Launcher(zygote=True)
+    yield la
+    la.close()
+
+
+class Queue:
+    """A queue's setup, its current server, and what clients were told."""
+
+    def __init__(self, base: Path, launcher: Launcher, rng: random.Random):
+        self.setup = ServerSetup(base, CLUSTER, INVENTORY)
+        self.marks = base / "marks"
+        self.marks.mkdir()
+        self.launcher = launcher
+        self.rng = rng
+        self.server: RunningServer = launcher.start(self.setup)
+        self.acked: dict[str, str] = {}  # uid -> "namespace/name" of every 201 received
+        self.adopted: set[str] = set()  # uids seen Running right after a restart
+        self.lock = threading.Lock()
+        self.counter = 0
+
+    def job(self) -> dict:
+        """A short real job: records its pid and devices in marks/<uid>, then sleeps."""
+        with self.lock:
+            self.counter += 1
+            n = self.counter
+        r = self.rng.random()
+        seconds = "1.5" if r < 0.2 else "0.3"
+        req = {
+            "name": f"job-{n}",
+            "localQueue": "one/q" if self.rng.random() < 0.5 else "two/q",
+            "command": ["sh", "-c", 'echo "$$ $CUDA_VISIBLE_DEVICES" >> "$MARKS/$GPUQUEUE_WORKLOAD_UID"; '
+                        f"exec sleep {seconds}"],
+            "env": {"MARKS": str(self.marks)},
+            "maxRuntime": "2m",
+        }
+        if self.rng.random() < 0.35:
+            req["migProfile"] = "1g.10gb"
+        else:
+            req["gpus"] = 2 if self.rng.random() < 0.25 else 1
+        return req
+
+    def submit(self, session: requests.Session, req: dict) -> bool:
+        """POST one job; remember it if (and only if) the server acknowledged it with 201."""
+        try:
+            r = self.server.request("POST", "workloads", session, json=req, timeout=10)
+        except requests.RequestException:
+            return False  # the server died: not acknowledged
+        if r.status_code == 201:
+            wl = r.json()
+            with self.lock:
+                assert wl["uid"] not in self.acked
+                self.acked[wl["uid"]] = f"{wl['namespace']}/{wl['name']}"
+            return True
+        assert r.status_code >= 500 or r.status_code == 599, (r.status_code, r.text)
+        return False
+
+    def restart(self) -> None:
+        self.server.kill9()
+        self.server = self.launcher.start(self.setup)
+
+
+def _submitters(q: Queue, n_threads: int, per_thread: int) -> list[threading.Thread]:
+    jobs = [[q.job() for _ in range(per_thread)] for _ in range(n_threads)]
+
+    def run(batch):
+        with requests.Session() as s:
+            for req in batch:
+                if not q.submit(s, req):
+                    return
+
+    threads = [threading.Thread(target=run, args=(b,), daemon=True) for b in jobs]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def burst_then_kill(q: Queue) -> None:
+    """(a) Concurrent submissions through the REST API; SIGKILL at a random moment of the burst."""
+    threads = _submitters(q, n_threads=4, per_thread=10)
+    time.sleep(q.rng.uniform(0.0, 1.0))
+    q.restart()
+    for t in threads:
+        t.join(30)
+
+
+def drain_then_kill(q: Queue) -> None:
+    """(b) Short real jobs being admitted, started, reaped; SIGKILL at a random moment of the drain."""
+    for t in _submitters(q, n_threads=2, per_thread=8):
+        t.join(30)
+    time.sleep(q.rng.uniform(0.1, 2.5))
+    q.restart()
+
+
+# -- the checks ---------------------------------------------------------------------------------------
+
+
+def ledger_rows(q: Queue) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """Workloads by uid and usage intervals by workload uid, from one read transaction."""
+    con = sqlite3.connect(f"file:{q.setup.db_path}?mode=ro", uri=True, timeout=30)
+    con.row_factory = sqlite3.Row
+    try:
+        con.execute("BEGIN")
+        rows = {r["uid"]: dict(r) for r in con.execute("SELECT * FROM workloads")}
+        intervals = defaultdict(list)
+        for r in con.execute("SELECT * FROM usage_intervals ORDER BY id"):
+            intervals[r["workload_uid"]].append(dict(r))
+        con.execute("COMMIT")
+    finally:
+        con.close()
+    for r in rows.values():
+        for k in ("spec", "admission", "run"):
+            r[k] = json.loads(r[k]) if r[k] is not None else None
+    return rows, intervals
+
+
+def _start_ticks(pid: int):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _exit_record(run: dict):
+    try:
+        with open(run["exitPath"]) as f:
+            return json.load(f)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def live_job_processes(q: Queue) -> dict[str, list[tuple[int, str]]]:
+    """uid -> [(pid, CUDA_VISIBLE_DEVICES)] of job processes alive now (from the marker files)."""
+    out: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for f in q.marks.iterdir():
+        for line in f.read_text().splitlines():
+            pid, _, devices = line.partition(" ")
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"sleep" in cmd and _start_ticks(int(pid)) is not None:
+                out[f.name].append((int(pid), devices))
+    return out
+
+
+def check_invariants(q: Queue, where: str) -> None:
+    rows, intervals = ledger_rows(q)
+    # 1. every acknowledged submission exactly once, in the ledger and in the API
+    for uid, key in q.acked.items():
+        assert uid in rows, f"{where}: acknowledged {key} ({uid}) lost"
+        assert f"{rows[uid]['namespace']}/{rows[uid]['name']}" == key
+    keys = Counter(f"{r['namespace']}/{r['name']}" for r in rows.values())
+    assert max(keys.values(), default=1) == 1
+    listed = Counter(w["uid"] for w in q.server.request("GET", "workloads").json()["items"])
+    assert all(listed[uid] == 1 for uid in q.acked), f"{where}: not listed exactly once"
+    assert set(listed) == set(rows)
+
+    # 2. no device assigned twice: ledger, the service's inventory view, live processes
+    holder: dict[tuple[str, str], str] = {}
+    for uid, r in rows.items():
+        if r["state"] not in LIVE:
+            continue
+        for p in r["admission"]["placements"]:
+            for d in p["devices"]:
+                assert (p["node"], d) not in holder, f"{where}: {d} assigned to {holder[(p['node'], d)]} and {uid}"
+                holder[(p["node"], d)] = uid
+    view = q.server.request("GET", "inventory").json()
+    shown = {}
+    for g in view["nodes"][0]["gpus"]:
+        if g["mig"] is None:
+            shown[("box", str(g["index"]))] = g["assignedTo"]
+        else:
+            for m in g["mig"]:
+                shown[("box", m["uuid"])] = m["assignedTo"]
+    after, _ = ledger_rows(q)  # the view was taken between the two reads
+    key_of = {uid: f"{r['namespace']}/{r['name']}" for uid, r in after.items()}
+    for dev, uid in holder.items():
+        if after[uid]["state"] in LIVE:  # held before and after the view: the view shows it
+            assert shown[dev] == key_of[uid], (where, dev, shown[dev], key_of[uid])
+    for dev, key in shown.items():
+        if key is not None:  # nothing is shown held that the ledger does not hold (then or since)
+            uid = next(u for u, k in key_of.items() if k == key)
+            assert holder.get(dev) == uid or after[uid]["state"] in LIVE and any(
+                dev == (p["node"], d) for p in after[uid]["admission"]["placements"] for d in p["devices"]
+            ), (where, dev, key)
+    processes = live_job_processes(q)
+    busy: dict[str, str] = {}
+    for uid, procs in processes.items():
+        assert len(procs) == 1, f"{where}: {key_of.get(uid, uid)} runs {len(procs)} times at once: {procs}"
+        for d in filter(None, procs[0][1].split(",")):
+            assert d not in busy, f"{where}: device {d} used by the jobs of {busy[d]} and {uid} at once"
+            busy[d] = uid
+
+    # 3. usage intervals
+    for uid, r in rows.items():
+        ivs = intervals.get(uid, [])
+        for iv in ivs:
+            assert iv["end"] is None or iv["end"] >= iv["start"], (where, r["name"], iv)
+        open_ = [iv for iv in ivs if iv["end"] is None]
+        if r["state"] in LIVE:
+            assert ivs and len(open_) == len(ivs), (where, r["name"], r["state"], ivs)
+        else:
+            assert not open_, f"{where}: {r['name']} is {r['state']} with an open interval"
+        if r["state"] in FINISHED and ivs:
+            for iv in ivs:  # closed when the job finished (one admission each here: no preemption)
+                assert iv["end"] == pytest.approx(max(iv["start"], r["finished_at"]), abs=1e-6), (where, r, iv)
+        if r["state"] == "Succeeded":
+            assert ivs, f"{where}: {r['name']} ran but has no usage interval"
+            rec = _exit_record(r["run"])
+            assert rec is not None and r["finished_at"] == pytest.approx(rec["finishedAt"], abs=1e-6), \
+                f"{where}: {r['name']} closed at {r['finished_at']}, its job ended at {rec}"
+            assert r["started_at"] <= r["finished_at"]
+        if r["state"] == "Pending":
+            assert not ivs and r["admission"] is None, (where, r)
+
+    # 4. running jobs adopted: the same process (pid and start time), or it ended since
+    for uid, r in rows.items():
+        if r["state"] == "Running":
+            run = r["run"]
+            alive = _start_ticks(run["pid"]) == run["startTicks"]
+            assert alive or _exit_record(run) is not None, f"{where}: {r['name']} Running but its process is gone"
+            q.adopted.add(uid)
+
+    # 5. quota never over-committed
+    usage: Counter = Counter()
+    for r in rows.values():
+        if r["state"] in LIVE:
+            cq = r["admission"]["clusterQueue"]
+            for psa in r["admission"]["podSetAssignments"]:
+                for res, flavor in psa["flavors"].items():
+                    usage[(cq, flavor, res)] += int(psa["resourceUsage"][res])
+    for k, used in usage.items():
+        assert used <= NOMINAL[k] + BORROWING_LIMIT.get(k, NOMINAL[k] * 100), (where, k, used)
+    cohort: Counter = Counter()
+    for (cq, flavor, res), used in usage.items():
+        cohort[(flavor, res)] += used
+    for (flavor, res), used in cohort.items():
+        assert used <= sum(v for (c, f, r), v in NOMINAL.items() if (f, r) == (flavor, res)), (where, flavor, used)
+
+
+def drain_and_check_final(q: Queue, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        active = q.server.request("GET", "workloads", params={"state": ",".join(ACTIVE)}).json()["items"]
+        if not active:
+            break
+        assert time.monotonic() < deadline, f"not drained: {[(w['name'], w['state']) for w in active]}"
+        time.sleep(0.2)
+    check_invariants(q, "final")
+    rows, intervals = ledger_rows(q)
+    assert not live_job_processes(q)
+    for uid, r in rows.items():
+        assert (r["state"], r["exit_code"]) == ("Succeeded", 0), f"{r['name']}: {r['state']} {r['message']}"
+        lines = (q.marks / uid).read_text().splitlines()
+        assert len(lines) == 1, f"{r['name']} ran {len(lines)} times: {lines}"
+        assert all(iv["end"] is not None for iv in intervals[uid])
+    assert q.adopted <= set(rows)
+    view = q.server.request("GET", "inventory").json()
+    assert all(s["free"] == s["total"] for s in view["summary"]), view["summary"]
+
+
+@pytest.mark.parametrize("seed", CRASH_SEEDS)
+def test_kill9_during_bursts_and_drains_loses_nothing(tmp_path, launcher, seed):
+    rng = random.Random(seed)
+    q = Queue(tmp_path, launcher, rng)
+    try:
+        for trial in range(TRIALS):
+            kind = (burst_then_kill, drain_then_kill)[(trial + seed) % 2]
+            kind(q)
+            check_invariants(q, f"seed {seed} trial {trial} ({kind.__name__})")
+        assert q.acked, "no submission was acknowledged at all"
+        drain_and_check_final(q)
+        assert q.adopted, "no running job was ever adopted after a restart"
+    except BaseException:
+        print(q.server.log_tail(80))
+        raise
+    finally:
+        q.server.stop()
