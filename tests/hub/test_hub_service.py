@@ -185,3 +185,41 @@ def test_user_server_forwards_to_the_service(hub):
     assert r.status_code == 400 and r.json()["field"] == "state"
     r = hub.request("DELETE", base + "workloads/team-a/via-user-server", token)
     assert r.status_code == 200 and r.json()["state"] == "Succeeded"
+
+
+def test_an_admins_quota_change_applies_at_the_next_cycle_and_is_audited(hub):
+    """Through the hub: alice (no admin scope) cannot change quotas; ada's change admits alice's
+    waiting job in the next cycle, and the audit log says who changed what."""
+    alice, ada = hub.token_for("alice"), hub.token_for("ada")
+    path = "admin/cluster-queues/team-a-cq"
+    l4 = {"flavor": "nvidia-l4", "resource": "nvidia.com/gpu"}
+    r = hub.queue("PATCH", path, alice, json={"resources": [{**l4, "nominalQuota": 5}]})
+    assert r.status_code == 403 and "custom:gpuqueue:admin" in r.json()["message"], r.text
+    # team-a on its own (no cohort to borrow from) with one L4: alice's second L4 job must wait.
+    r = hub.queue("PATCH", path, ada, json={"cohort": None, "resources": [{**l4, "nominalQuota": 1}]})
+    assert r.status_code == 200, r.text
+    try:
+        r = hub.queue("POST", "workloads", alice, json=job("import time; time.sleep(60)", flavor="nvidia-l4"))
+        assert r.status_code == 201, r.text
+        holder = r.json()["name"]
+        wait_state(hub, alice, "team-a", holder, ("Running",))
+        r = hub.queue("POST", "workloads", alice, json=job(flavor="nvidia-l4"))
+        assert r.status_code == 201, r.text
+        name = r.json()["name"]
+        time.sleep(1.0)  # several scheduling cycles
+        wl = hub.queue("GET", f"workloads/team-a/{name}", alice).json()
+        assert wl["state"] == "Pending" and wl["reason"] == "NoFit", wl
+        r = hub.queue("PATCH", path, ada, json={"resources": [{**l4, "nominalQuota": 2}]})
+        assert r.status_code == 200, r.text
+        done = wait_state(hub, alice, "team-a", name, ("Succeeded", "Failed"))
+        assert done["state"] == "Succeeded", done
+        assert hub.queue("DELETE", f"workloads/team-a/{holder}", alice).status_code == 200
+        audit = hub.queue("GET", "admin/audit?limit=5", ada).json()["items"]
+        latest = audit[0]
+        assert (latest["actor"], latest["operation"], latest["target"]) == \
+            ("ada", "patch-cluster-queue", "ClusterQueue/team-a-cq")
+        assert latest["before"] != latest["after"]
+        assert hub.queue("GET", "admin/audit", alice).status_code == 403
+    finally:
+        r = hub.queue("PATCH", path, ada, json={"cohort": "research", "resources": [{**l4, "nominalQuota": 2}]})
+        assert r.status_code == 200, r.text
