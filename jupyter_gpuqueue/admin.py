@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+from fractions import Fraction
 from typing import Any, Optional
 
 import yaml
@@ -163,8 +164,9 @@ def config_to_documents(config: model.ClusterConfig) -> list[dict]:
     Namespaces (``v1``), ResourceFlavors, Cohorts (only those with a quota or a parent: a cohort
     named only by ``spec.cohort`` is implicit in Kueue), ClusterQueues, LocalQueues,
     PriorityClasses (``scheduling.k8s.io/v1``), WorkloadPriorityClasses, each sorted by name; then,
-    only when fair sharing is enabled, Kueue's ``config.kueue.x-k8s.io/v1beta1`` Configuration
-    (which belongs in the kueue-manager ConfigMap, not ``kubectl apply``).
+    only when fair sharing is enabled or resources are transformed, Kueue's
+    ``config.kueue.x-k8s.io/v1beta1`` Configuration (``fairSharing``, ``resources.transformations``;
+    it belongs in the kueue-manager ConfigMap, not ``kubectl apply``).
 
     Loading these documents back with ``engine.manifests.load_documents`` gives a ClusterConfig
     equal to ``config`` (the round trip is exact). Returns new dicts; ``config`` is not touched.
@@ -218,11 +220,31 @@ def config_to_documents(config: model.ClusterConfig) -> list[dict]:
         if pc.description:
             doc["description"] = pc.description
         docs.append(doc)
-    if config.fair_sharing.enable:
-        docs.append({"apiVersion": CONFIG_API, "kind": "Configuration",
-                     "fairSharing": {"enable": True,
-                                     "preemptionStrategies": list(config.fair_sharing.preemption_strategies)}})
+    if config.fair_sharing.enable or config.resource_transformations:
+        conf: dict[str, Any] = {"apiVersion": CONFIG_API, "kind": "Configuration"}
+        if config.fair_sharing.enable:
+            conf["fairSharing"] = {"enable": True,
+                                   "preemptionStrategies": list(config.fair_sharing.preemption_strategies)}
+        if config.resource_transformations:
+            conf["resources"] = {"transformations": [
+                {"input": t.input, "strategy": t.strategy,
+                 "outputs": {o: _fraction_quantity(q) for o, q in sorted(t.outputs.items())}}
+                for _, t in sorted(config.resource_transformations.items())
+            ]}
+        docs.append(conf)
     return docs
+
+
+def _fraction_quantity(value) -> Any:
+    """A per-unit transformation output (a Fraction of the output's unit) as a Kubernetes
+    quantity: ``7``, ``"500m"``, else its decimal form."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        return value.numerator
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return repr(float(value))
 
 
 def documents_to_yaml(docs: list[dict], header: str = "") -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import re
 import secrets
@@ -38,6 +39,7 @@ from .backends.lease import LEASE_KIND
 from .engine import serialize
 from .engine.errors import ManifestError
 from .engine.flavors import flavor_eligible
+from .engine.model import apply_transformations
 from .engine.manifests import (
     dns1123_label_errors,
     load_text,
@@ -56,7 +58,7 @@ from .engine.model import (
 from .engine.quantity import format_quantity
 from .engine.preemption import HUMAN_REASONS
 from .engine.scheduler import Scheduler, SchedulerOptions
-from .errors import Forbidden, GpuQueueError, NotFound, TooManyRequests, ValidationError
+from .errors import Conflict, Forbidden, GpuQueueError, NotFound, TooManyRequests, ValidationError
 from .ledger import Ledger, Prices
 from .service_costs import CostsMixin
 
@@ -68,6 +70,7 @@ ACTIVE_STATES = (PENDING, ADMITTED, RUNNING)
 FINISHED_STATES = (SUCCEEDED, FAILED, CANCELLED)
 
 DEFAULT_MAX_RUNTIME = 3600  # seconds, when a submission gives none
+MAX_RUNTIME_LIMIT = 2**31 - 1  # seconds: Kueue's maximumExecutionTimeSeconds is an int32
 DEMO_DIR = Path(__file__).parent / "demo"
 _MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb$")
 
@@ -226,17 +229,87 @@ class QueueService(CostsMixin):
                         self.stopping[uid] = "Preempted:" + str(run.get("evictionReason") or "Preempted")
                         self.backend.stop(uid, row.get("message") or "preempted",
                                           max(0.0, float(run["evictionDeadline"]) - self.clock()))
+                    elif run.get("evictionReason") and not _is_lease(row):
+                        # Being preempted when the server stopped: finish the stop; it is requeued
+                        # once its process is gone (_finish).
+                        self.stopping[uid] = "Preempted:" + str(run["evictionReason"])
+                        getattr(self.backend, "suspend", self.backend.stop)(
+                            uid, row.get("message") or "preempted", self.stop_grace_seconds)
+                elif run.get("evictionReason") and not _is_lease(row):
+                    # Preempted, and its process ended while the server was down: back to the queue.
+                    st = self.backend.finished_status(uid, info)
+                    self._track(row, wl)
+                    self.scheduler.add_workload(wl)
+                    self._requeue_evicted(uid, st.finished_at or now, str(run["evictionReason"]),
+                                          row.get("message") or "preempted")
                 else:
                     st = self.backend.finished_status(uid, info)
                     self._track(row, wl)
                     self._finish(uid, st.state, st.exit_code, st.finished_at or now, st.message, in_scheduler=False)
                 continue
-            # Admitted, but the process was never started (the server stopped in between): the decision
-            # is on record, so apply it now.
+            # Admitted, but no run on record: the server stopped before starting it (the decision
+            # is on record, so apply it now), or died between starting it and recording the run
+            # (then the job runs, or ran, already: take that run instead of starting a second one).
             self._track(row, wl)
             self.scheduler.add_workload(wl)
-            self._launch(uid)
+            if not self._recover_unrecorded_start(uid, now):
+                self._launch(uid)
+        self._restore_cancelled_still_stopping(now)
         self._dirty = True
+
+    def _log_path(self, rec: dict) -> str:
+        return os.path.join(self.log_dir, rec["namespace"], f"{rec['name']}-{rec['uid'][:8]}.log")
+
+    def _recover_unrecorded_start(self, uid: str, now: float) -> bool:
+        """restore(): an Admitted workload without a run on record whose job was started all the
+        same (the server was killed between ``backend.start`` and the ledger write of ``_launch``)
+        is adopted, or finished from its exit record, and True is returned; False when the
+        backend knows of no such run (or cannot tell: backends without ``find_started``).
+        Starting it again would run the job twice on the same devices. Found by
+        tests/test_crash.py."""
+        rec = self.records[uid]
+        find = getattr(self.backend, "find_started", None)
+        if find is None or _is_lease(rec):
+            return False
+        info = find(uid, self._log_path(rec))
+        if info is None:
+            return False
+        started_at = info.started_at or rec.get("admitted_at") or now  # 0.0: it ended, start unknown
+        self.ledger.update_workload(uid, state=RUNNING, run=info.to_json(), started_at=started_at)
+        rec.update(state=RUNNING, run=info.to_json(), started_at=started_at)
+        if self.backend.adopt(uid, info):
+            self.log.info("gpuqueue: adopted job %s (pid %s), started before the restart but not recorded",
+                          rec["name"], info.pid)
+        else:
+            st = self.backend.finished_status(uid, info)
+            self._finish(uid, st.state, st.exit_code, st.finished_at or now, st.message)
+        return True
+
+    def _restore_cancelled_still_stopping(self, now: float) -> None:
+        """restore(): a job cancelled while it ran is Cancelled in the ledger at once, but its
+        process gets ``stop_grace_seconds`` after SIGTERM (and may ignore SIGTERM). If the server
+        stopped in that window the process may still run: it keeps its devices and quota until it
+        is gone (as it would have without the restart), and the stop is finished (SIGKILL once
+        the rest of the grace period is over). Without this its devices would be handed to
+        another workload while it still used them. Found by tests/test_crash.py. Local processes
+        only (a cluster backend deletes a cancelled Job; its quota is not held meanwhile)."""
+        if not getattr(self.backend, "local_commands", True):
+            return
+        for row in self.ledger.list_workloads(states=[CANCELLED]):
+            run, uid = row.get("run"), row["uid"]
+            if not run or not row.get("admission") or _is_lease(row) or uid in self.records:
+                continue
+            info = RunInfo.from_json(run)
+            if not self.backend.adopt(uid, info):
+                continue  # its process has ended: nothing is held
+            wl = self._engine_workload(row)
+            wl.admission = serialize.admission_from_dict(row["admission"])
+            self._track(row, wl)
+            self.scheduler.add_workload(wl)
+            self.stopping[uid] = "Cancelled"
+            grace = max(0.0, float(row.get("finished_at") or now) + self.stop_grace_seconds - now)
+            self.backend.stop(uid, row.get("message") or "cancelled", grace)
+            self.log.info("gpuqueue: cancelled job %s still runs after the restart: stopping it", row["name"])
 
     async def _loop(self) -> None:
         while True:
@@ -341,15 +414,13 @@ class QueueService(CostsMixin):
                 uid, state=ADMITTED, admission=admission, admitted_at=now,
                 cluster_queue=wl.admission.cluster_queue, reason=None, message=None,
             )
-            for psa in wl.admission.pod_set_assignments:
-                for resource, flavor in psa.flavors.items():
-                    qty = psa.resource_usage.get(resource, 0)
-                    gpu_eq = self.prices.gpu_equivalent(resource, qty)
-                    if gpu_eq <= 0:
-                        continue
-                    self.ledger.open_interval(
-                        uid, flavor, resource, qty, gpu_eq, self.prices.usd_per_hour(flavor, resource, qty), now
-                    )
+            for flavor, resource, qty in self._billable(wl):  # GPUs / MIG slices held (service_costs.py)
+                gpu_eq = self.prices.gpu_equivalent(resource, qty)
+                if gpu_eq <= 0:
+                    continue
+                self.ledger.open_interval(
+                    uid, flavor, resource, qty, gpu_eq, self.prices.usd_per_hour(flavor, resource, qty), now
+                )
         rec.update(state=ADMITTED, admission=admission, admitted_at=now, cluster_queue=wl.admission.cluster_queue,
                    reason=None, message=None)
         if launch:
@@ -376,7 +447,7 @@ class QueueService(CostsMixin):
                 **self._spot_env(rec),  # GPUQUEUE_SPOT, GPUQUEUE_PREEMPTION_* (service_costs.py)
             }
         )
-        log_path = os.path.join(self.log_dir, rec["namespace"], f"{rec['name']}-{uid[:8]}.log")
+        log_path = self._log_path(rec)
         launch = LaunchSpec(uid=uid, key=f"{rec['namespace']}/{rec['name']}", argv=list(spec["command"]),
                             cwd=spec["workingDir"], env=env, log_path=log_path, workload=self._cluster_context(rec))
         now = self.clock()
@@ -421,6 +492,11 @@ class QueueService(CostsMixin):
         elif rec["state"] == RUNNING and self._spot_notice(uid, p.reason, message, now):
             pass  # a spot job is told first (notice file + SIGUSR1); SIGTERM follows (service_costs.py)
         elif rec["state"] in (ADMITTED, RUNNING) and uid in self.backend.running():
+            # The eviction is recorded before the job is stopped: a server killed before it saw
+            # the job end requeues it at restart (restore) instead of marking it Failed.
+            run = {**(rec.get("run") or {}), "evictionReason": p.reason}
+            self.ledger.update_workload(uid, run=run)
+            rec["run"] = run
             self.stopping[uid] = "Preempted:" + p.reason
             # Kubernetes suspends the Job (as Kueue does); the local backend stops the process.
             getattr(self.backend, "suspend", self.backend.stop)(uid, message, self.stop_grace_seconds)
@@ -748,16 +824,24 @@ class QueueService(CostsMixin):
         return pc.value, pc.name
 
     def _max_runtime(self, request: dict) -> int:
+        """Whole seconds (fractions round up, so 0.5 is 1 s, never 0 = "no limit"), at most
+        MAX_RUNTIME_LIMIT (Kueue's maximumExecutionTimeSeconds is an int32): larger, NaN or
+        infinite values are refused (they made costs infinite and broke the JSON answers)."""
         if request.get("maxRuntimeSeconds") is not None:
             v = request["maxRuntimeSeconds"]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValidationError("must be a positive number of seconds", "maxRuntimeSeconds")
-            return int(v)
+            if v > MAX_RUNTIME_LIMIT:
+                raise ValidationError(f"must be at most {MAX_RUNTIME_LIMIT} seconds, got {v:g}", "maxRuntimeSeconds")
+            return math.ceil(v)
         if request.get("maxRuntime") not in (None, ""):
             try:
-                return parse_duration(request["maxRuntime"], "maxRuntime")
+                seconds = parse_duration(request["maxRuntime"], "maxRuntime")
             except ManifestError as exc:
                 raise ValidationError(exc.reason, "maxRuntime") from None
+            if seconds > MAX_RUNTIME_LIMIT:
+                raise ValidationError(f"must be at most {MAX_RUNTIME_LIMIT} seconds, got {seconds}", "maxRuntime")
+            return seconds
         return DEFAULT_MAX_RUNTIME
 
     def _pod_set_from_form(self, request: dict, cq_name: str) -> PodSet:
@@ -796,7 +880,8 @@ class QueueService(CostsMixin):
         return ps
 
     def _known_resources(self) -> set[str]:
-        return {r for cq in self.config.cluster_queues.values() for rg in cq.resource_groups for r in rg.covered_resources}
+        covered = {r for cq in self.config.cluster_queues.values() for rg in cq.resource_groups for r in rg.covered_resources}
+        return covered | self._transformed_inputs(covered)  # e.g. MIG profiles counted as GPU slices
 
     def _check_max_quota(self, wl: Workload, cq_name: str, field: str) -> None:
         """Reject a workload that no ClusterQueue could ever admit (Kueue's ExceedsMaxQuota)."""
@@ -805,7 +890,7 @@ class QueueService(CostsMixin):
         if cq is None or node is None:
             return
         for ps in wl.pod_sets:
-            for r, q in ps.requests.items():
+            for r, q in apply_transformations(ps.requests, self.config.resource_transformations).items():
                 if q <= 0:
                     continue
                 rg = cq.group_for(r)
@@ -885,7 +970,11 @@ class QueueService(CostsMixin):
         for _ in range(100):
             cand = f"{_slug(base)}-{secrets.token_hex(3)}"
             key = f"{namespace}/{cand}"
-            if key not in self.by_key and key not in self._inflight and self.ledger.find_workload(namespace, cand) is None:
+            if key in self.by_key or key in self._inflight:
+                continue
+            # With the group commit, a clash with a finished workload (ledger only) is found by
+            # the commit itself and the name drawn again (_accept_grouped): no query per submission.
+            if self._committer is not None or self.ledger.find_workload(namespace, cand) is None:
                 return cand
         raise GpuQueueError("could not generate a unique name", "name")  # pragma: no cover
 
@@ -1114,26 +1203,40 @@ class QueueService(CostsMixin):
         Same errors as :meth:`submit`."""
         spec, wl = self._prepare(request, user)
         self._check_pending_cap(user, 1)
-        return (await self._accept_grouped([(spec, wl)], user))[0]
+        generated = request.get("name") in (None, "")
+        return (await self._accept_grouped([(spec, wl)], user, redraw_name=generated))[0]
 
     async def submit_manifest_async(self, text: str, *, user: str) -> list[dict]:
         """:meth:`submit_manifest` through the group commit; the workloads of one manifest are
         committed all together or not at all."""
         return await self._accept_grouped(self._prepare_manifest(text, user), user)
 
-    async def _accept_grouped(self, prepared: list[tuple[dict, Workload]], user: str) -> list[dict]:
+    async def _accept_grouped(self, prepared: list[tuple[dict, Workload]], user: str, *,
+                              redraw_name: bool = False) -> list[dict]:
         if self._committer is None:  # not started (a service used without its loop): one commit each
             return [self._accept(spec, wl, user) for spec, wl in prepared]
-        made = [(self._new_row(spec, wl, user), wl) for spec, wl in prepared]
-        keys = [f"{wl.namespace}/{wl.name}" for _, wl in prepared]
-        self._inflight.update(keys)
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future = loop.create_future()
-        commit = self._committer.submit([row for (row, _hold), _wl in made])
-        # Runs on the loop once the commit returned, whether or not the request still waits (a
-        # client that went away does not keep a committed workload out of the queue).
-        commit.add_done_callback(lambda f: loop.call_soon_threadsafe(self._committed, f, made, keys, done))
-        return await asyncio.shield(done)
+        for attempt in range(5):
+            made = [(self._new_row(spec, wl, user), wl) for spec, wl in prepared]
+            keys = [f"{wl.namespace}/{wl.name}" for _, wl in prepared]
+            self._inflight.update(keys)
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future = loop.create_future()
+            commit = self._committer.submit([row for (row, _hold), _wl in made])
+            # Runs on the loop once the commit returned, whether or not the request still waits (a
+            # client that went away does not keep a committed workload out of the queue).
+            commit.add_done_callback(
+                lambda f, made=made, keys=keys, done=done: loop.call_soon_threadsafe(self._committed, f, made, keys, done))
+            try:
+                return await asyncio.shield(done)
+            except Conflict as exc:
+                # A generated name that a finished workload (in the ledger only) already has:
+                # draw another one (a name the user chose is their 409).
+                if not redraw_name or exc.field != "name" or attempt == 4:
+                    raise
+                for _spec, wl in prepared:
+                    base = wl.name.rsplit("-", 1)[0]
+                    wl.name = f"{base}-{secrets.token_hex(3)}"
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _committed(self, commit, made: list, keys: list[str], done: asyncio.Future) -> None:
         self._inflight.difference_update(keys)
@@ -1291,6 +1394,7 @@ class QueueService(CostsMixin):
 
     def _likely_flavor(self, cq_name: str, ps: PodSet, resource: str) -> Optional[str]:
         cq = self.config.cluster_queues.get(cq_name)
+        resource, ps = self._quota_resource(cq, ps, resource)  # through resources.transformations
         rg = cq.group_for(resource) if cq else None
         if rg is None:
             return None
@@ -1369,6 +1473,7 @@ class QueueService(CostsMixin):
             nodes = [n for n in self.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
             offered = {r for cq in self.config.cluster_queues.values() for rg in cq.resource_groups
                        for f in rg.flavors if f.name == fname for r in rg.covered_resources}
+            offered |= self._transformed_inputs(offered)
             for resource in sorted(r for r in offered if r == GPU or r.startswith(MIG_PREFIX)):
                 free, total = alloc.totals(resource, nodes) if alloc else (0, 0)
                 if total == 0:
@@ -1492,11 +1597,7 @@ class QueueService(CostsMixin):
     def _price_per_hour(self, rec: dict) -> float:
         adm = rec.get("admission")
         if adm:
-            total = 0.0
-            for psa in adm["podSetAssignments"]:
-                for r, f in psa["flavors"].items():
-                    total += self.prices.usd_per_hour(f, r, int(psa["resourceUsage"].get(r, 0)))
-            return total
+            return sum(self.prices.usd_per_hour(f, r, q) for f, r, q in self._billable_json(adm, rec["spec"]))
         spec = rec["spec"]
         total = 0.0
         for p in spec["podSets"]:

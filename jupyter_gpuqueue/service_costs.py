@@ -36,7 +36,8 @@ import signal as signals
 from typing import Optional
 
 from .budgets import BUDGET_EXCEEDED, Budgets
-from .engine.model import GPU, MIG_PREFIX, Toleration
+from .engine.model import GPU, MIG_PREFIX, PodSet, Toleration, apply_transformations, is_device_resource
+from .engine.placement import device_flavors
 from .errors import Conflict, ValidationError
 from .ledger import reports
 
@@ -299,6 +300,61 @@ class CostsMixin:
         samples = [(uid, u, now, rates[u]) for uid, us in devices.items() for u in us if u in rates]
         return self.ledger.add_utilization_samples(samples)
 
+    # ------------------------------------------------------------------ billing and MIG transformations
+
+    def _billable(self, wl) -> list[tuple[str, str, int]]:
+        """(flavor, device resource, quantity) an admitted engine Workload holds: its PodSets' GPU
+        and MIG requests × admitted count, in the flavor assigned to them, or, where a Kueue
+        ``Replace`` transformation counted them as other resources (e.g. GPU slices), in the flavor
+        assigned to those. What usage intervals are opened for (a MIG slice is billed as its share
+        of the GPU whatever quota it was charged to)."""
+        pods = {ps.name: ps for ps in wl.pod_sets}
+        out = []
+        for psa in wl.admission.pod_set_assignments:
+            ps = pods.get(psa.name)
+            if ps is None:
+                out.extend((f, r, int(psa.resource_usage.get(r, 0))) for r, f in psa.flavors.items())
+                continue
+            flavors = device_flavors(ps, psa.flavors, self.config.resource_transformations)
+            out.extend((flavors[r], r, q * psa.count) for r, q in ps.requests.items()
+                       if q > 0 and is_device_resource(r) and r in flavors)
+        return out
+
+    def _billable_json(self, admission: dict, spec: dict) -> list[tuple[str, str, int]]:
+        """:meth:`_billable` of a stored admission (``serialize.admission_to_dict``) and spec."""
+        pods = {p["name"]: p for p in spec.get("podSets", [])}
+        out = []
+        for psa in admission["podSetAssignments"]:
+            p = pods.get(psa["name"])
+            if p is None:
+                out.extend((f, r, int(psa["resourceUsage"].get(r, 0))) for r, f in psa["flavors"].items())
+                continue
+            requests = {r: int(q) for r, q in p["requests"].items()}
+            flavors = device_flavors(PodSet(p["name"], int(p.get("count", 1)), requests), psa["flavors"],
+                                     self.config.resource_transformations)
+            out.extend((flavors[r], r, q * int(psa["count"])) for r, q in requests.items()
+                       if q > 0 and is_device_resource(r) and r in flavors)
+        return out
+
+    def _transformed_inputs(self, covered: set) -> set:
+        """Resources whose transformation outputs (Kueue ``resources.transformations``) are all in
+        ``covered``: a MIG profile replaced by GPU slices is requestable where slices are offered."""
+        return {t.input for t in self.config.resource_transformations.values()
+                if t.outputs and all(o in covered for o in t.outputs)}
+
+    def _quota_resource(self, cq, ps: PodSet, resource: str) -> tuple[str, PodSet]:
+        """The resource ``ps``'s ``resource`` is charged to in ``cq``, and ``ps`` with its requests
+        as charged: itself when ``cq`` covers it, else its transformation's first covered output."""
+        t = self.config.resource_transformations.get(resource)
+        if cq is None or t is None or cq.group_for(resource) is not None:
+            return resource, ps
+        charged = apply_transformations(ps.requests, self.config.resource_transformations)
+        for o in sorted(t.outputs):
+            if cq.group_for(o) is not None:
+                return o, PodSet(ps.name, ps.count, charged, ps.min_count, ps.node_selector, ps.tolerations,
+                                 ps.required_affinity)
+        return resource, ps
+
     # ------------------------------------------------------------------ capacity and reports
 
     def capacity_by_flavor(self) -> dict[str, float]:
@@ -311,6 +367,7 @@ class CostsMixin:
             nodes = [n for n in self.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
             offered = {r for cq in self.config.cluster_queues.values() for rg in cq.resource_groups
                        for f in rg.flavors if f.name == fname for r in rg.covered_resources}
+            offered |= self._transformed_inputs(offered)
             total = 0.0
             for r in offered:
                 if not (r == GPU or r.startswith(MIG_PREFIX)) or alloc is None:

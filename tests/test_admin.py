@@ -554,6 +554,10 @@ metadata: {name: team-a, labels: {team: a}}
 apiVersion: config.kueue.x-k8s.io/v1beta1
 kind: Configuration
 fairSharing: {enable: true, preemptionStrategies: [LessThanInitialShare]}
+resources:
+  transformations:
+  - {input: nvidia.com/mig-1g.10gb, strategy: Replace, outputs: {example.com/gpu-slices: "1"}}
+  - {input: nvidia.com/gpu, outputs: {example.com/gpu-slices: "7", cpu: 500m}}
 """
 
 

@@ -16,7 +16,7 @@ from jupyter_gpuqueue.ledger import reports
 from jupyter_gpuqueue.server.scopes import STANDALONE_ADMIN_KEY
 from jupyter_gpuqueue.service import create_service
 
-from test_rest import call, ok, wait_for_state
+from test_rest import call, check_schema, ok, openapi_doc, wait_for_state  # noqa: F401 (fixtures)
 
 PY = sys.executable
 SLEEP = [PY, "-c", "import time; time.sleep(120)"]
@@ -93,7 +93,9 @@ def spend(service, namespace: str, usd: float, name: str) -> None:
     start = max(reports.parse_month(reports.month_of(now))[0], now - 60.0)
     service.ledger.add_workload({
         "uid": f"history-{name}", "namespace": namespace, "name": name, "owner": "alice", "local_queue": "q",
-        "cluster_queue": f"{namespace}-cq", "state": "Succeeded", "spec": {"podSets": []}, "created_at": start,
+        "cluster_queue": f"{namespace}-cq", "state": "Succeeded", "created_at": start,
+        "spec": {"podSets": [{"name": "main", "count": 1, "requests": {"nvidia.com/gpu": 1}}],
+                 "command": ["python", "train.py"], "workingDir": "/tmp", "env": {}, "maxRuntimeSeconds": 3600},
         "finished_at": now})
     service.ledger.open_interval(f"history-{name}", "gpu", "nvidia.com/gpu", 1, 1.0, usd * 3600.0 / (now - start), start)
     service.ledger.close_intervals(f"history-{name}", now)
@@ -142,17 +144,21 @@ class TestSoft:
         assert (await wait_for_state(jp_fetch, "team-a", "still-runs", ("Succeeded",)))["reason"] != "BudgetExceeded"
 
 
-async def test_hard_limit_holds_new_work_admins_lift_or_raise_and_order_is_kept(jp_fetch, gpuqueue_service, started):
+async def test_hard_limit_holds_new_work_admins_lift_or_raise_and_order_is_kept(jp_fetch, gpuqueue_service, started,
+                                                                                 check_schema):
     svc = gpuqueue_service
     await submit(jp_fetch, "blocker")  # under budget: admitted, holds team-a's one GPU
     await wait_for_state(jp_fetch, "team-a", "blocker", ("Running",))
     spend(svc, "team-a", 150.0, "earlier")
-    a = team(await ok(jp_fetch, "budgets"), "team-a")
+    view = await ok(jp_fetch, "budgets")
+    check_schema("Budgets", view)
+    a = team(view, "team-a")
     assert a["state"] == "exceeded" and a["holdsNewWorkloads"] is True
     # The running job is not touched; new submissions are held.
     j1 = await submit(jp_fetch, "first")
     j2 = await submit(jp_fetch, "second")
     for w in (j1, j2):
+        check_schema("Workload", w)
         assert (w["state"], w["reason"], w["positionInClusterQueue"]) == ("Pending", "BudgetExceeded", None)
         assert "$150.00 of its $100.00" in w["message"] and "hard limit" in w["message"]
     await settle(jp_fetch)
@@ -196,6 +202,22 @@ async def test_hard_limit_holds_new_work_admins_lift_or_raise_and_order_is_kept(
 
     # Raising the budget releases the held one; created before "second", it queues ahead of it.
     raised = await ok(jp_fetch, "budgets", "team-a", method="PUT", body={"monthlyUSD": 1000, "warnAt": 0.9, "hard": True})
+    check_schema("BudgetStatus", raised)
+    for kind in ("jobs", "users", "teams", "flavors", "idle", "months", "daily"):
+        check_schema("Report", await ok(jp_fetch, "reports", kind))
+    teams = await ok(jp_fetch, "reports", "teams")
+    a_report = next(t for t in teams["items"] if t["namespace"] == "team-a")
+    assert round(a_report["costUsd"], 2) >= 150.0 and a_report["budgetUsd"] == 1000.0
+    assert [j["name"] for j in a_report["topJobs"]][0] == "earlier"
+    status, csv_text, headers = await call(jp_fetch, "reports", "teams", params={"format": "csv"})
+    assert status == 200 and headers["Content-Type"].startswith("text/csv")
+    assert csv_text.splitlines()[0] == "namespace,month,jobs,gpuHours,costUsd,avgGpuUtilization,budgetUsd,topJobs"
+    for params, field in [({"month": "2026-13"}, "month"), ({"format": "xml"}, "format"),
+                          ({"from": "2026-11-05", "to": "2026-11-01"}, "to")]:
+        status, body, _ = await call(jp_fetch, "reports", "teams", params=params)
+        assert (status, body["field"]) == (400, field), (params, body)
+    status, body, _ = await call(jp_fetch, "reports", "bogus")
+    assert (status, body["field"]) == (400, "kind")
     assert raised["state"] == "ok" and raised["budget"]["source"] == "admin"
     await settle(jp_fetch)
     first = await ok(jp_fetch, "workloads", "team-a", "first")

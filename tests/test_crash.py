@@ -144,6 +144,7 @@ class Queue:
         self.server: RunningServer = launcher.start(self.setup)
         self.acked: dict[str, str] = {}  # uid -> "namespace/name" of every 201 received
         self.adopted: set[str] = set()  # uids seen Running right after a restart
+        self.cancelled: set[str] = set()  # uids a client cancelled
         self.lock = threading.Lock()
         self.counter = 0
 
@@ -154,10 +155,12 @@ class Queue:
             n = self.counter
         r = self.rng.random()
         seconds = "1.5" if r < 0.2 else "0.3"
+        # a quarter ignore SIGTERM (a job that checkpoints first): cancelled, they keep running
+        trap = "trap '' TERM; " if self.rng.random() < 0.25 else ""
         req = {
             "name": f"job-{n}",
             "localQueue": "one/q" if self.rng.random() < 0.5 else "two/q",
-            "command": ["sh", "-c", 'echo "$$ $CUDA_VISIBLE_DEVICES" >> "$MARKS/$GPUQUEUE_WORKLOAD_UID"; '
+            "command": ["sh", "-c", trap + 'echo "$$ $CUDA_VISIBLE_DEVICES" >> "$MARKS/$GPUQUEUE_WORKLOAD_UID"; '
                         f"exec sleep {seconds}"],
             "env": {"MARKS": str(self.marks)},
             "maxRuntime": "2m",
@@ -213,10 +216,20 @@ def burst_then_kill(q: Queue) -> None:
 
 
 def drain_then_kill(q: Queue) -> None:
-    """(b) Short real jobs being admitted, started, reaped; SIGKILL at a random moment of the drain."""
+    """(b) Short real jobs being admitted, started, reaped, two of them cancelled on the way;
+    SIGKILL at a random moment of the drain."""
     for t in _submitters(q, n_threads=2, per_thread=8):
         t.join(30)
-    time.sleep(q.rng.uniform(0.1, 2.5))
+    kill_at = q.rng.uniform(0.1, 2.5)
+    cancel_at = q.rng.uniform(0.0, kill_at)
+    time.sleep(cancel_at)
+    for uid in q.rng.sample(sorted(q.acked), 2):
+        ns, name = q.acked[uid].split("/")
+        r = q.server.request("DELETE", f"workloads/{ns}/{name}")
+        assert r.status_code == 200, r.text
+        if r.json()["state"] == "Cancelled":
+            q.cancelled.add(uid)
+    time.sleep(kill_at - cancel_at)
     q.restart()
 
 
@@ -381,9 +394,12 @@ def drain_and_check_final(q: Queue, timeout: float = 90.0) -> None:
     rows, intervals = ledger_rows(q)
     assert not live_job_processes(q)
     for uid, r in rows.items():
-        assert (r["state"], r["exit_code"]) == ("Succeeded", 0), f"{r['name']}: {r['state']} {r['message']}"
-        lines = (q.marks / uid).read_text().splitlines()
-        assert len(lines) == 1, f"{r['name']} ran {len(lines)} times: {lines}"
+        lines = (q.marks / uid).read_text().splitlines() if (q.marks / uid).exists() else []
+        if r["state"] == "Cancelled":
+            assert uid in q.cancelled and len(lines) <= 1, (r["name"], lines)
+        else:
+            assert (r["state"], r["exit_code"]) == ("Succeeded", 0), f"{r['name']}: {r['state']} {r['message']}"
+            assert len(lines) == 1, f"{r['name']} ran {len(lines)} times: {lines}"
         assert all(iv["end"] is not None for iv in intervals[uid])
     assert q.adopted <= set(rows)
     view = q.server.request("GET", "inventory").json()
@@ -407,3 +423,206 @@ def test_kill9_during_bursts_and_drains_loses_nothing(tmp_path, launcher, seed):
         raise
     finally:
         q.server.stop()
+
+
+# -- the same windows, hit exactly: a QueueService that "dies" at a chosen point ----------------------
+#
+# The server's death is simulated by abandoning a QueueService (no more ticks, its ledger closed)
+# at a precise moment and building a new one on the same ledger and state folder, as the restarted
+# server does. Its jobs are real processes that outlive it, as they outlive a killed server.
+
+ONE_GPU = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-a}
+spec: {nodeLabels: {model: a}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu-a
+      resources: [{name: nvidia.com/gpu, nominalQuota: 1}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: one}
+spec: {clusterQueue: cq}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+ONE_GPU_INVENTORY = """
+nodes:
+- name: box
+  labels: {model: a}
+  gpus:
+  - {index: 0, uuid: GPU-00000000-0000-0000-0000-000000000000, product: Model A, memoryMiB: 1024}
+"""
+
+
+class Crash(BaseException):
+    """The simulated death of the server (BaseException: nothing in the service catches it)."""
+
+
+@pytest.fixture
+def make(tmp_path):
+    from jupyter_gpuqueue.service import create_service
+
+    (tmp_path / "cluster.yaml").write_text(ONE_GPU)
+    (tmp_path / "inventory.yaml").write_text(ONE_GPU_INVENTORY)
+    (tmp_path / "root").mkdir()
+    (tmp_path / "marks").mkdir()
+    services = []
+
+    def build():
+        svc = create_service(
+            config_paths=[str(tmp_path / "cluster.yaml")], inventory_path=str(tmp_path / "inventory.yaml"),
+            db_url=f"sqlite:///{tmp_path / 'q.sqlite'}", root_dir=str(tmp_path / "root"),
+            data_dir=str(tmp_path / "data"), default_local_queue="one/q", stop_grace_seconds=1.0,
+        )
+        svc.restore()
+        services.append(svc)
+        return svc
+
+    build.marks = tmp_path / "marks"
+    yield build
+    for svc in services:  # kill what is left (a crashed service's jobs were adopted by the next)
+        for uid in list(svc.backend.running()):
+            svc.backend.stop(uid, "test teardown", 0.0)
+        svc.backend.poll()
+
+
+def marked_job(marks: Path, name: str, seconds: float, *, ignore_term: bool = False, once: bool = False,
+               priority: str = "low") -> dict:
+    """A job that appends its pid to marks/<name>, then sleeps (``once``: only the first time it
+    runs; later runs exit at once). ``ignore_term``: it ignores SIGTERM (a job checkpointing)."""
+    script = f'echo $$ >> "{marks / name}"; '
+    if once:
+        script = f'[ -e "{marks / name}" ] && exit 0; ' + script
+    if ignore_term:
+        script = "trap '' TERM; " + script
+    return {"name": name, "command": ["sh", "-c", script + f"exec sleep {seconds}"], "gpus": 1,
+            "priorityClass": priority, "maxRuntime": "2m"}
+
+
+def tick_until(svc, pred, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        svc.tick()
+        time.sleep(0.05)
+
+
+def wl_state(svc, name):
+    return svc.get_workload("one", name)["state"]
+
+
+def runs(marks: Path, name: str) -> list[str]:
+    return (marks / name).read_text().split() if (marks / name).exists() else []
+
+
+@pytest.mark.parametrize("ends_before_restart", [False, True])
+def test_killed_between_starting_a_job_and_recording_it(make, ends_before_restart):
+    """The job was started but its run never reached the ledger (Admitted, no run): the restarted
+    service takes that run (adopts it, or records its outcome) instead of starting it again."""
+    a = make()
+    a.submit(marked_job(make.marks, "j", 0.2 if ends_before_restart else 2.0), user="alice")
+    real_update = a.ledger.update_workload
+
+    def dies_when_recording_the_run(uid, **fields):
+        if fields.get("run"):
+            raise Crash()
+        return real_update(uid, **fields)
+
+    a.ledger.update_workload = dies_when_recording_the_run
+    with pytest.raises(Crash):
+        for _ in range(50):
+            a.tick()
+            time.sleep(0.02)
+    a.ledger.close()
+    row = a.ledger.__class__(str(a.ledger.url)).find_workload("one", "j")
+    assert (row["state"], row["run"]) == ("Admitted", None)  # what the killed server left
+    deadline = time.monotonic() + 10
+    while not runs(make.marks, "j") or ends_before_restart and not list((make.marks.parent / "data").rglob("*.exit")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    b = make()
+    wl = b.get_workload("one", "j")
+    if ends_before_restart:
+        assert (wl["state"], wl["exitCode"]) == ("Succeeded", 0), wl
+    else:
+        assert wl["state"] == "Running" and wl["visibleDevices"] == "0"
+        assert b.ledger.find_workload("one", "j")["run"]["pid"] > 0
+        tick_until(b, lambda: wl_state(b, "j") == "Succeeded")
+    assert len(runs(make.marks, "j")) == 1  # it ran once
+    ivs = b.ledger.intervals(wl["uid"])
+    assert len(ivs) == 1 and ivs[0]["end"] == pytest.approx(b.get_workload("one", "j")["finishedAt"])
+
+
+def test_cancelled_job_still_stopping_keeps_its_gpu_across_a_restart(make):
+    """Cancelled (SIGTERM sent; the job ignores it), then the server dies within the grace period:
+    the restarted service holds the job's GPU until the process is gone (SIGKILL after the grace),
+    instead of giving it to the next job while the cancelled one still runs on it."""
+    a = make()
+    a.submit(marked_job(make.marks, "stubborn", 30, ignore_term=True), user="alice")
+    tick_until(a, lambda: wl_state(a, "stubborn") == "Running" and runs(make.marks, "stubborn"))
+    pid = int(runs(make.marks, "stubborn")[0])
+    assert a.cancel("one", "stubborn", user="alice")["state"] == "Cancelled"
+    a.ledger.close()  # dies within the grace period: the job ignored SIGTERM and still runs
+
+    b = make()
+    b.submit(marked_job(make.marks, "next", 0.1), user="alice")
+    for _ in range(5):
+        b.tick()
+    assert _start_ticks(pid) is not None, "the cancelled job should still be running"
+    assert wl_state(b, "next") == "Pending"  # the GPU is still in use
+    assert b.inventory_view()["nodes"][0]["gpus"][0]["assignedTo"] == "one/stubborn"
+    tick_until(b, lambda: wl_state(b, "next") == "Succeeded")
+    assert _start_ticks(pid) is None  # killed after the grace period, before "next" started
+    assert b.get_workload("one", "stubborn")["state"] == "Cancelled"
+    assert b.ledger.open_intervals() == []
+
+
+@pytest.mark.parametrize("ignore_term", [False, True])
+def test_preempted_job_is_requeued_not_failed_across_a_restart(make, ignore_term):
+    """A low-priority job is preempted (SIGTERM sent) and the server dies before it sees the job
+    end: after the restart the job goes back to the queue (evictions 1) and later runs to
+    success, instead of being marked Failed by its SIGTERM exit code. With ``ignore_term`` it is
+    still running at the restart: the stop is finished first (SIGKILL after the grace)."""
+    a = make()
+    a.submit(marked_job(make.marks, "low", 30, ignore_term=ignore_term, once=True), user="alice")
+    tick_until(a, lambda: wl_state(a, "low") == "Running" and runs(make.marks, "low"))
+    pid = int(runs(make.marks, "low")[0])
+    a.submit(marked_job(make.marks, "high", 0.5, priority="high"), user="alice")
+    tick_until(a, lambda: "Preempted" in (a.get_workload("one", "low")["message"] or ""))
+    a.ledger.close()  # dies before it saw the victim end
+    if not ignore_term:
+        deadline = time.monotonic() + 10
+        while _start_ticks(pid) is not None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+    b = make()
+    tick_until(b, lambda: wl_state(b, "high") == "Succeeded")
+    tick_until(b, lambda: wl_state(b, "low") == "Succeeded")
+    low = b.get_workload("one", "low")
+    assert low["evictions"] == 1 and low["exitCode"] == 0, low
+    assert len(runs(make.marks, "low")) == 1  # the second run found its marker and exited at once
+    ivs = b.ledger.intervals(low["uid"])
+    assert len(ivs) == 2 and all(iv["end"] is not None for iv in ivs)
+    assert b.ledger.open_intervals() == []

@@ -113,3 +113,18 @@ async def test_metrics_need_the_server_token_or_the_metrics_token(http_server_cl
     resp = await http_server_client.fetch(path, headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
     fams = parse(resp.body.decode())
     assert "kueue_pending_workloads" in fams and "training_job_cost_usd" in fams
+
+
+async def test_the_grafana_dashboard_uses_only_metrics_the_server_exports(jp_fetch, gpuqueue_service):
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).resolve().parents[1] / "grafana" / "gpuqueue-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 10
+    names = {m for e in exprs for m in re.findall(r"\b((?:kueue|gpuqueue|training)_[a-z_]+)\b", e)}
+    fams = await scrape(jp_fetch, "gpuqueue", "metrics")
+    samples = {s for f in fams.values() for (s, _labels) in f}
+    exported = set(fams) | samples
+    assert names and names <= exported, names - exported

@@ -1,6 +1,6 @@
 """The local-process backend: each admitted workload runs as a process on this machine.
 
-A run is ``python -I <this folder>/runner.py --exit-file PATH -- argv...`` started in a new session
+A run is ``python -I -S <this folder>/runner.py --exit-file PATH -- argv...`` started in a new session
 (its own process group, so it survives a restart of the Jupyter server and a Ctrl-C in the server's
 terminal), with stdin from /dev/null and stdout + stderr appended to the log file. The wrapper records
 the job's exit code in the exit file, which is how a restarted server learns the outcome of a run it
@@ -54,6 +54,18 @@ def _read_stat(pid: int) -> Optional[tuple[str, int]]:
         return fields[0], int(fields[19])  # field 3 (state) and field 22 (starttime)
     except (IndexError, ValueError):
         return None
+
+
+def _boot_time() -> float:
+    """Seconds since the epoch at which the system booted (``btime`` in /proc/stat); 0.0 if unknown."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
 
 
 def process_start_ticks(pid: int) -> int:
@@ -245,7 +257,9 @@ class LocalBackend:
             os.unlink(exit_path)  # a stale record from an earlier run of the same uid
         except FileNotFoundError:
             pass
-        cmd = [self.python_executable, "-I", RUNNER, "--exit-file", exit_path, "--", exe, *argv[1:]]
+        # -I -S: isolated, and no site import (runner.py needs only modules loaded at startup):
+        # starting the wrapper is the main CPU cost of a short job.
+        cmd = [self.python_executable, "-I", "-S", RUNNER, "--exit-file", exit_path, "--", exe, *argv[1:]]
         started_at = time.time()
         with open(log_path, "ab") as logf:
             popen = subprocess.Popen(
@@ -276,6 +290,8 @@ class LocalBackend:
     @staticmethod
     def _alive(info: RunInfo) -> bool:
         """True if ``info.pid`` is a live (not zombie) process with ``info.start_ticks``."""
+        if info.pid <= 0:
+            return False  # find_started's record of a run that has ended
         try:
             os.kill(info.pid, 0)
         except ProcessLookupError:
@@ -465,6 +481,40 @@ class LocalBackend:
         except OSError:
             finished_at = time.time()
         return RunStatus(uid, FAILED, None, finished_at, LOST_MESSAGE)
+
+    def find_started(self, uid: str, log_path: str) -> Optional[RunInfo]:
+        """After a restart: a run of ``uid`` that an earlier server process started but never
+        recorded (it died between :meth:`start` and storing the RunInfo). ``log_path``: as it
+        was given to :meth:`start` (it determines the exit file).
+
+        Returns the RunInfo of the live wrapper (found in /proc by its command line, which names
+        the run's exit file; ``started_at`` from its start time); or, when the run has ended
+        since, a RunInfo with ``pid`` 0 and ``started_at`` 0.0 whose exit file holds the outcome
+        (:meth:`adopt` refuses it, :meth:`finished_status` reads it); or None when no run was
+        started (start it now). Without /proc only the exit file is looked at."""
+        log_path = os.path.abspath(log_path)
+        exit_path = self._exit_path(LaunchSpec(uid=uid, key="", argv=[], cwd="", log_path=log_path), log_path)
+        needle = b"\0".join([os.fsencode(RUNNER), b"--exit-file", os.fsencode(exit_path), b"--"])
+        entries = os.scandir("/proc") if os.path.isdir("/proc") else []
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if needle not in f.read():
+                        continue
+                pid = int(entry.name)
+                pgid = os.getpgid(pid)
+            except (OSError, ProcessLookupError):
+                continue
+            st = _read_stat(pid)
+            if st is None or st[0] in ("Z", "X", "x"):
+                continue
+            return RunInfo(pid=pid, pgid=pgid, start_ticks=st[1], log_path=log_path, exit_path=exit_path,
+                           started_at=_boot_time() + st[1] / os.sysconf("SC_CLK_TCK"))
+        if read_exit_file(exit_path) is not None:
+            return RunInfo(pid=0, pgid=0, start_ticks=0, log_path=log_path, exit_path=exit_path, started_at=0.0)
+        return None
 
     def running(self) -> list[str]:
         """uids being tracked (started or adopted, not yet reported by :meth:`poll`)."""

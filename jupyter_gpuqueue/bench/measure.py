@@ -20,9 +20,10 @@ def mean(values: Sequence[float]) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
-def process_cpu_seconds(pid: Optional[int]) -> Optional[float]:
-    """User + system CPU seconds of process ``pid`` (and of its waited-for children) from
-    /proc/<pid>/stat; None when unknown."""
+def process_cpu_seconds(pid: Optional[int], children: bool = False) -> Optional[float]:
+    """User + system CPU seconds of process ``pid`` from /proc/<pid>/stat (with ``children``:
+    plus those of its children it has waited for, e.g. the local backend's job wrappers); None
+    when unknown."""
     if pid is None:
         return None
     try:
@@ -33,7 +34,7 @@ def process_cpu_seconds(pid: Optional[int]) -> Optional[float]:
     fields = data[data.rfind(")") + 2:].split()
     ticks = os.sysconf("SC_CLK_TCK")
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime + cutime + cstime) / ticks
+    return (utime + stime + ((cutime + cstime) if children else 0)) / ticks
 
 
 def own_cpu_seconds() -> float:

@@ -152,10 +152,11 @@ class BenchServer(ExternalServer):
             "JUPYTER_CONFIG_DIR": os.path.join(self.workdir, "config"),
             **self.extra_env,
         })
-        cmd = [self.python]
         if self.profile_path:
-            cmd += ["-m", "cProfile", "-o", self.profile_path]
-        cmd += ["-m", "jupyter_server", f"--config={self.config_file}"]
+            cmd = [self.python, "-m", "jupyter_gpuqueue.bench._profiled_server", self.profile_path]
+        else:
+            cmd = [self.python, "-m", "jupyter_server"]
+        cmd.append(f"--config={self.config_file}")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -186,6 +187,15 @@ class BenchServer(ExternalServer):
     def stop(self) -> None:
         """SIGTERM (the queue's loop stops; running jobs keep running), SIGKILL after 10 s."""
         if self.proc is not None and self.proc.poll() is None:
+            if self.profile_path:  # _profiled_server writes the profile on SIGUSR1
+                try:
+                    os.unlink(self.profile_path)
+                except FileNotFoundError:
+                    pass
+                self.proc.send_signal(signal.SIGUSR1)
+                deadline = time.monotonic() + 60
+                while not os.path.exists(self.profile_path) and time.monotonic() < deadline:
+                    time.sleep(0.1)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(10)

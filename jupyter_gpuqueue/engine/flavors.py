@@ -33,6 +33,7 @@ from .model import (
     ClusterQueue,
     PodSet,
     ResourceFlavor,
+    apply_transformations,
 )
 from .quota import FlavorResource, QuotaNode
 
@@ -163,7 +164,10 @@ def assign_flavors(
     fungibility = cq.flavor_fungibility
     for i, ps in enumerate(wl_pod_sets):
         count = ps.count if counts is None else counts[i]
-        requests = {r: q * count for r, q in ps.requests.items() if q > 0}
+        # Quota is charged for the transformed requests (Kueue's resources.transformations).
+        per_pod = apply_transformations({r: q for r, q in ps.requests.items() if q > 0},
+                                        config.resource_transformations)
+        requests = {r: q * count for r, q in per_pod.items() if q > 0}
         if cq.group_for(PODS) is not None:
             requests[PODS] = count  # Kueue counts pods against a covered "pods" resource
         flavors: dict[str, str] = {}

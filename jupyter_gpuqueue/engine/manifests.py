@@ -13,7 +13,7 @@ Accepted kinds
                                       LocalQueue, WorkloadPriorityClass → ``ClusterConfig``;
                                       Workload → ``Manifests.workloads`` (``status.admission``
                                       becomes ``Workload.admission``: it starts admitted)
-``config.kueue.x-k8s.io/v1beta1|2``   Configuration: only ``fairSharing`` is read
+``config.kueue.x-k8s.io/v1beta1|2``   Configuration: ``fairSharing`` and ``resources.transformations`` are read
 ``batch/v1`` Job                      a Workload with one PodSet ``main``
 ``batch.volcano.sh/v1alpha1`` Job     a Workload with one PodSet per task
 ``kubeflow.org/v1`` PyTorchJob, TFJob a Workload with one PodSet per replica type (lower-cased)
@@ -806,7 +806,10 @@ def _parse_yaml(text: str, source: str) -> list:
     if not isinstance(text, str):
         raise TypeError(f"load_text: text must be str, got {type(text).__name__}")
     docs: list = []
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)  # the reader refuses non-printable characters up front
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"invalid YAML: {exc}", source=source, index=0) from None
     try:
         while True:
             try:
@@ -1432,6 +1435,7 @@ class _Builder:
             raise _duplicate("kind", "Configuration",
                              f"a Configuration is already defined in document {self._configuration_index}")
         self._configuration_index = self._index
+        self._resource_transformations(doc.get("resources"), "resources")
         if "fairSharing" not in doc or doc.get("fairSharing") is None:
             return
         path = "fairSharing"
@@ -1449,6 +1453,39 @@ class _Builder:
         if strategies:
             fs.preemption_strategies = list(strategies)
         self.config.fair_sharing = fs
+
+    def _resource_transformations(self, value, path: str) -> None:
+        """Configuration ``resources``: ``transformations`` (Kueue pkg/config/validation.go
+        ``validateResourceTransformations``: a resource name as ``input``, unique; ``strategy``
+        Retain (default) or Replace; ``outputs`` a map of non-negative quantities).
+        ``excludeResourcePrefixes`` is accepted and ignored (with a warning)."""
+        raw = _mapping(value, path)
+        _known_fields(raw, ("transformations", "excludeResourcePrefixes", "deviceClassMappings"), path)
+        for key in ("excludeResourcePrefixes", "deviceClassMappings"):
+            if raw.get(key):
+                self.warn(_child(path, key), "ignored: not supported by this engine")
+        tpath = _child(path, "transformations")
+        seen: dict[str, int] = {}
+        for i, item in enumerate(_sequence(raw.get("transformations"), tpath)):
+            ipath = _index(tpath, i)
+            t = _mapping(item, ipath, required=True)
+            _known_fields(t, ("input", "strategy", "outputs", "multiplyBy"), ipath)
+            name = _resource_name(t.get("input"), _child(ipath, "input"))
+            if name in seen:
+                raise _duplicate(_child(ipath, "input"), name, f"already transformed by {_index(tpath, seen[name])}")
+            seen[name] = i
+            strategy = _enum(t.get("strategy"), _child(ipath, "strategy"), model.TRANSFORMATION_STRATEGIES,
+                             model.RETAIN)
+            if t.get("multiplyBy") is not None:
+                raise _forbidden(_child(ipath, "multiplyBy"), "not supported by this engine")
+            opath = _child(ipath, "outputs")
+            outputs = {}
+            for oname, (q, original) in _quantity_map(t.get("outputs"), opath).items():
+                _resource_name(oname, _key(opath, oname))
+                _non_negative(q, _key(opath, oname), original)
+                outputs[oname] = q
+            self.config.resource_transformations[name] = model.ResourceTransformation(
+                input=name, outputs=outputs, strategy=strategy)
 
     # -- workloads ---------------------------------------------------------------------------
 

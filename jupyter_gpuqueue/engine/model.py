@@ -11,6 +11,7 @@ Unix epoch that the caller passes in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Optional
 
 # Kueue constants (apis/kueue/v1beta1/constants.go, clusterqueue_types.go).
@@ -332,6 +333,48 @@ class FairSharingConfig:
     )
 
 
+RETAIN = "Retain"
+REPLACE = "Replace"
+TRANSFORMATION_STRATEGIES = (RETAIN, REPLACE)
+
+
+@dataclass(slots=True)
+class ResourceTransformation:
+    """Kueue's Configuration ``resources.transformations[]``: every unit of ``input`` requested by
+    a pod counts as ``outputs`` (resource → quantity per unit, as a Fraction of the resource's
+    canonical unit) against quota; ``strategy`` Retain keeps the input too, Replace drops it. E.g.
+    ``nvidia.com/mig-1g.10gb`` → ``{gpuqueue.io/gpu-slices: 1}`` and ``nvidia.com/gpu`` →
+    ``{gpuqueue.io/gpu-slices: 7}`` (Retain) make one quota of GPU compute slices for whole GPUs
+    and MIG slices alike."""
+
+    input: str
+    outputs: dict[str, Fraction]
+    strategy: str = RETAIN
+
+
+def apply_transformations(requests: dict[str, int],
+                          transformations: dict[str, "ResourceTransformation"]) -> dict[str, int]:
+    """The requests quota is charged for (Kueue ``applyResourceTransformations``,
+    ``pkg/workload/resources.go``): for every requested resource with a transformation, each
+    output gets ``quantity × per-unit output`` (rounded up to a whole canonical unit; ``cpu`` in
+    millicores), the input is dropped with Replace. Requests without a transformation pass through."""
+    if not transformations:
+        return dict(requests)
+    out: dict[str, int] = {}
+    for r, q in requests.items():
+        t = transformations.get(r)
+        if t is None:
+            out[r] = out.get(r, 0) + q
+            continue
+        if t.strategy != REPLACE:
+            out[r] = out.get(r, 0) + q
+        for o, per_unit in t.outputs.items():
+            amount = per_unit * q * (1000 if o == CPU else 1)
+            whole = -((-amount.numerator) // amount.denominator)  # ceiling, as Quantity.Value()
+            out[o] = out.get(o, 0) + whole
+    return out
+
+
 @dataclass
 class ClusterConfig:
     """Every queueing object, keyed by name (LocalQueues by ``namespace/name``)."""
@@ -344,6 +387,8 @@ class ClusterConfig:
     workload_priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     fair_sharing: FairSharingConfig = field(default_factory=FairSharingConfig)
+    # Kueue Configuration resources.transformations, by input resource
+    resource_transformations: dict[str, ResourceTransformation] = field(default_factory=dict)
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         ns = self.namespaces.get(namespace)
@@ -371,6 +416,7 @@ class ClusterConfig:
         self.namespaces.update(other.namespaces)
         if other.fair_sharing.enable:
             self.fair_sharing = other.fair_sharing
+        self.resource_transformations.update(other.resource_transformations)
 
 
 # ---------------------------------------------------------------------------------------------

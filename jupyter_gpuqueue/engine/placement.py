@@ -30,6 +30,22 @@ from .model import (
 )
 
 
+def device_flavors(ps: PodSet, flavors: dict[str, str], transformations: dict) -> dict[str, str]:
+    """Resource → assigned flavor for placing ``ps``'s devices: ``flavors`` (the assignment), plus,
+    for a device resource that a ``Replace`` transformation took out of quota accounting (e.g. a
+    MIG profile counted as GPU slices), the flavor assigned to its outputs."""
+    out = dict(flavors)
+    for r in ps.requests:
+        t = transformations.get(r) if transformations else None
+        if r in out or t is None:
+            continue
+        for o in sorted(t.outputs):
+            if o in flavors:
+                out[r] = flavors[o]
+                break
+    return out
+
+
 def node_matches_flavor(node: Node, flavor: Optional[ResourceFlavor], tolerations: list[Toleration]) -> bool:
     """True if a pod with ``tolerations`` that was assigned ``flavor`` may run on ``node``."""
     if flavor is not None:
@@ -187,7 +203,8 @@ class DeviceAllocator:
                     chosen[r] = free[:q]
                 else:
                     # Pack MIG slices onto the GPU with the most slices already in use.
-                    free.sort(key=lambda d: (-self._gpu_busy_slices(node.name, d[0]), d[0], d[1]))
+                    # (stable: equally busy GPUs keep the inventory's order of their devices)
+                    free.sort(key=lambda d: (-self._gpu_busy_slices(node.name, d[0]), d[0]))
                     chosen[r] = free[:q]
             if not ok:
                 continue

@@ -55,7 +55,7 @@ from .model import (
     Workload,
 )
 from .fairsharing import FairSharing
-from .placement import DeviceAllocator
+from .placement import DeviceAllocator, device_flavors
 from .preemption import Preemptor, Target, add_usage, remove_usage, workload_usage
 from .queues import ClusterQueueQueue
 from .quota import FlavorResource, QuotaNode, QuotaTree
@@ -693,7 +693,8 @@ class Scheduler:
             return
         placements: list[DevicePlacement] = []
         if self.allocator is not None:
-            pod_sets = [(ps, pa.count, pa.flavors) for ps, pa in zip(wl.pod_sets, a.pod_sets)]
+            pod_sets = [(ps, pa.count, device_flavors(ps, pa.flavors, self.config.resource_transformations))
+                        for ps, pa in zip(wl.pod_sets, a.pod_sets)]
             placed, why = self.allocator.place(wl.key, pod_sets, self.config.resource_flavors)
             if placed is None:
                 e.reason = REASON_PLACEMENT_FAILED

@@ -122,6 +122,12 @@ class Ledger:
         self.url = parsed
         self.engine: Engine = create_engine(parsed, **kwargs)
         self._local = threading.local()
+        # Write transactions of this process take this lock before BEGIN (IMMEDIATE): the service's
+        # loop thread and the group-commit thread (group_commit.py) then hand the write lock to
+        # each other at once, instead of polling for SQLite's lock in its busy handler (which
+        # sleeps 1, 2, 5, 10, ... 100 ms between tries: the event loop would stall that long).
+        # Other processes still meet SQLite's lock and busy_timeout.
+        self._write_lock = threading.RLock()
         if _is_sqlite(parsed):
             self._configure_sqlite(self.engine, self._local)
         Base.metadata.create_all(self.engine)
@@ -165,12 +171,16 @@ class Ledger:
         if tx is not None:
             yield tx
             return
+        if write:
+            self._write_lock.acquire()
         self._local.write = write
         try:
             with self._Session() as s, s.begin():
                 yield s
         finally:
             self._local.write = False
+            if write:
+                self._write_lock.release()
 
     @contextmanager
     def transaction(self) -> Iterator["Ledger"]:
@@ -303,6 +313,13 @@ class Ledger:
         for name, value in fields.items():
             _check_field(name, value)
         with self._scope(write=True) as s:
+            if fields and "namespace" not in fields and "name" not in fields:
+                # The common case (state, admission, run, reason): one statement; its row count
+                # tells an unknown uid (the background loop makes several per job).
+                res = s.execute(update(WorkloadRow).where(WorkloadRow.uid == uid).values(**fields))
+                if res.rowcount == 0:
+                    raise NotFound(f"no workload with uid {uid}", field="uid")
+                return
             row = s.execute(
                 select(WorkloadRow.namespace, WorkloadRow.name).where(WorkloadRow.uid == uid)
             ).first()
@@ -395,7 +412,8 @@ class Ledger:
             raise ValidationError("must be >= 0", field="usd_per_hour")
         start = _num(start, "start")
         with self._scope(write=True) as s:
-            if s.get(WorkloadRow, uid) is None:
+            # existence only: not s.get(), which would load (and decode) the whole row
+            if s.execute(select(WorkloadRow.uid).where(WorkloadRow.uid == uid)).first() is None:
                 raise NotFound(f"no workload with uid {uid}", field="uid")
             res = s.execute(
                 insert(UsageInterval)

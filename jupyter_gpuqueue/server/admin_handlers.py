@@ -81,10 +81,10 @@ class AdminConfigHandler(AdminHandler):
         self.check_admin()
         service = self.service
         fmt = self.get_query_argument("format", None)
-        if fmt not in (None, "", "json", "yaml"):
+        if fmt not in (None, "json", "yaml"):  # "?format=" too: 400, as the document says
             raise ValidationError(f"must be json or yaml, got {fmt!r}", field="format")
         accept = self.request.headers.get("Accept", "")
-        if fmt == "yaml" or (fmt in (None, "") and YAML_TYPE in accept):
+        if fmt == "yaml" or (fmt is None and YAML_TYPE in accept):
             header = (f"jupyter_gpuqueue configuration, exported by {self.user}\n"
                       "Kueue v1beta1 objects; `kubectl apply -f` this file, or import it with "
                       "`jupyter gpuqueue import-kueue`.")
@@ -167,7 +167,7 @@ class AdminAuditHandler(AdminHandler):
     async def get(self):
         """``{"items": [AuditEntry], "total"}``, newest first; ``?limit=&offset=``."""
         self.check_admin()
-        limit = min(self.int_argument("limit", 100, minimum=1), 1000)
+        limit = self.int_argument("limit", 100, minimum=1, maximum=1000)  # 400 above, as documented
         offset = self.int_argument("offset", 0)
         rows, total = self.service.ledger.audit_log(limit=limit, offset=offset)
         items = [

@@ -84,7 +84,7 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
         if self._closed:
             return
         try:
-            text = json.dumps(event)
+            text = _encoded(event)
         except (TypeError, ValueError):
             self.log.exception("gpuqueue: dropping an event that is not JSON: %r", event)
             return
@@ -123,6 +123,19 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
                 self.close()
             except Exception:  # already gone
                 pass
+
+
+_last_encoded: list = [None, ""]
+
+
+def _encoded(event: dict) -> str:
+    """``json.dumps(event)``, once per event however many clients get it: the service hands the
+    same dict to every subscriber in turn, so the last encoding is kept (by identity) and reused
+    (with 100 panels open, encoding was the event stream's main cost)."""
+    if _last_encoded[0] is not event:
+        _last_encoded[0], _last_encoded[1] = None, json.dumps(event)
+        _last_encoded[0] = event
+    return _last_encoded[1]
 
 
 events_handler = (rf"{API_PREFIX}/events", EventsHandler)

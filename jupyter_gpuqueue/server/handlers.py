@@ -32,6 +32,7 @@ from tornado import web
 
 from ..errors import GpuQueueError, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
 from .scopes import ADMIN_SCOPE, SUBMIT_SCOPE, has_scope, require_scope
+from .validation import check_body
 
 AUTH_RESOURCE = "gpuqueue"
 """The resource name given to ``Authorizer.is_authorized`` for every GPU-queue endpoint."""
@@ -46,6 +47,7 @@ STARTUP_ERROR_KEY = "gpuqueue_startup_error"
 HUB_GROUPS_KEY = "gpuqueue_hub_groups"  # hub-service mode: a HubGroups, fed by resolve_user
 SUBMIT_LIMITER_KEY = "gpuqueue_submit_limiter"  # a ratelimit.TokenBucketLimiter, or None (no limit)
 
+INT64_MAX = 2**63 - 1  # the largest query integer accepted (SQLite's INTEGER)
 WORKLOAD_STATES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Cancelled")
 YAML_CONTENT_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
@@ -192,10 +194,11 @@ class GpuQueueHandler(APIHandler):
         ctype = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
         return ctype in YAML_CONTENT_TYPES
 
-    def int_argument(self, name: str, default: int, *, minimum: int = 0) -> int:
-        """A query argument that must be an integer ≥ ``minimum``; ValidationError naming it."""
+    def int_argument(self, name: str, default: int, *, minimum: int = 0, maximum: Optional[int] = None) -> int:
+        """A query argument that must be an integer ≥ ``minimum`` (and ≤ ``maximum`` when
+        given); ValidationError naming it."""
         raw = self.get_query_argument(name, None)
-        if raw is None or raw == "":
+        if raw is None:  # absent; present but empty ("?limit=") is not an integer: 400
             return default
         try:
             value = int(raw)
@@ -203,11 +206,14 @@ class GpuQueueHandler(APIHandler):
             raise ValidationError(f"must be an integer, got {raw!r}", field=name) from None
         if value < minimum:
             raise ValidationError(f"must be ≥ {minimum}, got {value}", field=name)
+        maximum = INT64_MAX if maximum is None else maximum  # beyond it SQLite (offsets) overflows
+        if value > maximum:
+            raise ValidationError(f"must be ≤ {maximum}, got {value}", field=name)
         return value
 
     def bool_argument(self, name: str, default: bool = False) -> bool:
         raw = self.get_query_argument(name, None)
-        if raw is None or raw == "":
+        if raw is None:  # absent; present but empty ("?mine=") is neither true nor false: 400
             return default
         value = raw.strip().lower()
         if value in ("1", "true", "yes"):
@@ -308,6 +314,7 @@ class WorkloadsHandler(GpuQueueHandler):
             check_manifest_text(text, "manifest")
             self._created(await self.service.submit_manifest_async(text, user=self.user))
             return
+        check_body(data, "SubmitRequest")  # the document's types and patterns: 400 naming the field
         # Answered once the submission's group commit returned: acknowledged => durable.
         workload = await self.service.submit_async(data, user=self.user)
         self._set_location(workload)
@@ -366,7 +373,9 @@ class EstimateHandler(GpuQueueHandler):
     async def post(self):
         """Estimate the cost of a SubmitRequest (nothing is created)."""
         require_scope(self, SUBMIT_SCOPE)
-        self.write_json(self.service.estimate(self.json_body(), user=self.user))
+        data = self.json_body()
+        check_body(data, "SubmitRequest")
+        self.write_json(self.service.estimate(data, user=self.user))
 
 
 class QueuesHandler(GpuQueueHandler):

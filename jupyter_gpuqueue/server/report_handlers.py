@@ -33,19 +33,24 @@ class ReportHandler(GpuQueueHandler):
     async def get(self, kind: str):
         """A cost report as JSON or CSV (module docstring)."""
         require_scope(self, SUBMIT_SCOPE)
-        fmt = (self.get_query_argument("format", "json") or "json").lower()
+        fmt = self.get_query_argument("format", "json")  # exactly json or csv, as documented
         if fmt not in ("json", "csv"):
             raise ValidationError(f"must be json or csv, got {fmt!r}", field="format")
-        arg = lambda name: self.get_query_argument(name, None) or None  # noqa: E731
+
+        def arg(name):
+            value = self.get_query_argument(name, None)
+            if value == "" and name in ("month", "from", "to"):  # a date: "" is not one (400)
+                raise ValidationError("must be a date; leave it out for the default", field=name)
+            return value or None
+
         report = self.service.report(kind, month=arg("month"), date_from=arg("from"), date_to=arg("to"),
                                      namespace=arg("namespace"), owner=arg("owner"))
         if fmt == "json":
             self.write_json(report)
             return
         label = report["period"]["label"].replace("..", "_to_").strip("_")
-        self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="gpuqueue-{kind}-{label}.csv"')
-        self.finish(to_csv(report["items"], CSV_COLUMNS[kind]))
+        self.finish(to_csv(report["items"], CSV_COLUMNS[kind]), set_content_type="text/csv; charset=utf-8")
 
 
 class BudgetsHandler(GpuQueueHandler):

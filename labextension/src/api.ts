@@ -79,6 +79,10 @@ export interface IWorkload {
   estimatedCostUsd?: number;
   pricePerHourUsd?: number;
   estimatedStartAt?: number | null;
+  /** "Job" (default) or "NotebookLease": GPUs held by a notebook server, no process or log. */
+  kind?: string;
+  /** A preempted lease: when its GPUs are taken back (seconds since the epoch). */
+  evictionDeadline?: number | null;
 }
 
 export interface ISubmitRequest {

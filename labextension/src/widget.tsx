@@ -131,7 +131,7 @@ function PanelView(props: {
         <Availability summary={model.inventory?.summary ?? null} />
         <MigGrid inventory={model.inventory} />
       </Section>
-      <Section id="costs" title="Costs">
+      <Section id="costs" title="Costs" defaultOpen={false}>
         <CostsView model={model} />
       </Section>
       <Section id="team" title="Team queue">

@@ -86,16 +86,28 @@ function JobRow(props: {
   const [cancelling, setCancelling] = React.useState(false);
   const [error, setError] = React.useState<string | null>(null);
 
+  const lease = w.kind === 'NotebookLease';
   const cancel = async () => {
     if (w.state === 'Running') {
-      const result = await showDialog({
-        title: 'Cancel running job?',
-        body: `${key} is running; cancelling stops it now. It is billed for the time it ran.`,
-        buttons: [
-          Dialog.cancelButton({ label: 'Keep running' }),
-          Dialog.warnButton({ label: 'Cancel job' })
-        ]
-      });
+      const result = await showDialog(
+        lease
+          ? {
+              title: 'Release the GPUs of this notebook server?',
+              body: `${key} holds GPUs for a notebook server; releasing gives them back to the queue now and the hub stops the server. It is billed for the time it held them.`,
+              buttons: [
+                Dialog.cancelButton({ label: 'Keep them' }),
+                Dialog.warnButton({ label: 'Release' })
+              ]
+            }
+          : {
+              title: 'Cancel running job?',
+              body: `${key} is running; cancelling stops it now. It is billed for the time it ran.`,
+              buttons: [
+                Dialog.cancelButton({ label: 'Keep running' }),
+                Dialog.warnButton({ label: 'Cancel job' })
+              ]
+            }
+      );
       if (!result.button.accept) {
         return;
       }
@@ -134,6 +146,7 @@ function JobRow(props: {
       </div>
       <div className="jp-gpuqueue-job-meta">
         {[
+          lease ? 'notebook server' : undefined,
           describeRequest(w),
           `${w.namespace}/${w.localQueue}`,
           w.priorityClass ?? undefined
@@ -205,14 +218,16 @@ function JobRow(props: {
             : `submitted ${ago(w.createdAt, now)}`}
         </span>
         <span className="jp-gpuqueue-job-actions">
-          <button
-            type="button"
-            className="jp-gpuqueue-link"
-            aria-expanded={showLogs}
-            onClick={() => setShowLogs(!showLogs)}
-          >
-            {showLogs ? 'Hide logs' : 'Logs'}
-          </button>
+          {!lease && (
+            <button
+              type="button"
+              className="jp-gpuqueue-link"
+              aria-expanded={showLogs}
+              onClick={() => setShowLogs(!showLogs)}
+            >
+              {showLogs ? 'Hide logs' : 'Logs'}
+            </button>
+          )}
           {!finished && (
             <button
               type="button"
@@ -220,13 +235,19 @@ function JobRow(props: {
               disabled={cancelling}
               onClick={() => void cancel()}
             >
-              {cancelling ? 'Cancelling…' : 'Cancel'}
+              {cancelling
+                ? lease
+                  ? 'Releasing…'
+                  : 'Cancelling…'
+                : lease && w.state !== 'Pending'
+                  ? 'Release'
+                  : 'Cancel'}
             </button>
           )}
         </span>
       </div>
       {error && <div className="jp-gpuqueue-form-error">{error}</div>}
-      {showLogs && <LogView model={model} workload={w} />}
+      {showLogs && !lease && <LogView model={model} workload={w} />}
     </li>
   );
 }

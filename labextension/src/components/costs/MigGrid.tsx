@@ -66,7 +66,7 @@ function GpuRow(props: { gpu: IGpuView }): JSX.Element {
       );
     }
   }
-  const product = g.product.replace(/^NVIDIA\s+/, '').replace(/-SXM\d.*$/, '');
+  const product = g.product.replace(/^NVIDIA\s+/, '').split(/[\s-]/)[0];
   return (
     <div className="jp-gpuqueue-gpu-row" data-gpu={g.index}>
       <div className="jp-gpuqueue-gpu-label" title={`${g.product} · ${g.uuid}`}>

@@ -1,0 +1,304 @@
+"""Concurrency: a hypothesis state machine drives many concurrent REST clients (threads) against a
+real ``jupyter server`` with the queue: bursts of submissions, cancels, both at once, and races for
+the same name. The handlers run the service on the server's event loop and a submission awaits
+its (group) commit, so requests really interleave there. After every step, on a stable snapshot
+of ``queues``, ``workloads`` and ``inventory``:
+
+- quota is never exceeded (per ClusterQueue: nominal + borrowingLimit; per cohort: Σ nominal), and
+  the usage the server reports is exactly the sum of its admitted workloads' usage;
+- no double admission: every workload listed once, each device held by at most one admitted
+  workload, the inventory's holders and the admitted counts agree;
+- positions are consistent with queue order: 0..n-1 per ClusterQueue and per LocalQueue without
+  gaps, ordered by priority (higher first) then creation time, and each Pending workload's own
+  positions equal its place in the queue listing;
+- every acknowledged submission exists (exactly once), every acknowledged cancel is Cancelled, and
+  of clients racing for one name exactly one wins (201), the others get 409.
+
+Jobs sleep for a minute, so nothing changes but what the clients do (and the quick end of a
+cancelled process). ``GPUQUEUE_CONCURRENCY_EXAMPLES`` sets the number of examples (default 6).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter, defaultdict
+
+import pytest
+import requests
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from servertools import Launcher, ServerSetup
+from test_crash import BORROWING_LIMIT, CLUSTER, INVENTORY, NOMINAL
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("GPUQUEUE_CONCURRENCY_EXAMPLES", "6"))
+
+PRIORITIES = """
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+PRIORITY = {"low": 10, "high": 1000}
+
+jobs = st.fixed_dictionaries({
+    "localQueue": st.sampled_from(["one/q", "two/q"]),
+    "priorityClass": st.sampled_from(["low", "high"]),
+    "resources": st.one_of(st.builds(lambda g: {"gpus": g}, st.integers(1, 2)),
+                           st.just({"migProfile": "1g.10gb"})),
+})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    launcher = Launcher(zygote=False)
+    # CLUSTER has no preemption policies (Kueue's default: Never), so no sticky preemptor heads:
+    # the queue order is exactly (priority desc, creation asc).
+    setup = ServerSetup(tmp_path_factory.mktemp("concurrency"), CLUSTER + PRIORITIES, INVENTORY,
+                        cycle_interval=0.05)
+    srv = launcher.start(setup)
+    yield srv
+    for w in srv.request("GET", "workloads", params={"state": "Pending,Admitted,Running"}).json()["items"]:
+        srv.request("DELETE", f"workloads/{w['namespace']}/{w['name']}")
+    srv.stop()
+    launcher.close()
+
+
+def in_threads(calls: list, clients: int) -> list:
+    """Run the callables in ``calls`` from ``clients`` threads at once (each with its own HTTP
+    session, released together by a barrier); results in the order of ``calls``."""
+    results: list = [None] * len(calls)
+    barrier = threading.Barrier(clients)
+
+    def work(k):
+        with requests.Session() as s:
+            barrier.wait()
+            for i in range(k, len(calls), clients):
+                results[i] = calls[i](s)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results
+
+
+class QueueUnderLoad(RuleBasedStateMachine):
+    server = None  # set by the test
+    totals: Counter = Counter()  # over all examples: what really ran (checked by the test)
+
+    def __init__(self):
+        super().__init__()
+        self.acked: dict[str, str] = {}  # uid -> name, every 201
+        self.cancelled: set[str] = set()
+        self.n = 0
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _name(self) -> str:
+        self.n += 1
+        return f"c{os.getpid() % 1000}-{int(time.time() * 1000) % 10**8}-{self.n}"
+
+    def _submit_call(self, job: dict, name: str):
+        body = {"name": name, "localQueue": job["localQueue"], "priorityClass": job["priorityClass"],
+                "command": ["sleep", "60"], "maxRuntime": "2m", **job["resources"]}
+        return lambda s: self.server.request("POST", "workloads", s, json=body)
+
+    def _record(self, r: requests.Response) -> None:
+        assert r.status_code == 201, (r.status_code, r.text)
+        wl = r.json()
+        assert wl["uid"] not in self.acked
+        self.acked[wl["uid"]] = wl["name"]
+        self.totals["submitted"] += 1
+
+    @property
+    def _known(self) -> dict[str, str]:
+        items = self.server.request("GET", "workloads").json()["items"]
+        return {w["uid"]: f"{w['namespace']}/{w['localQueue']}" for w in items}
+
+    def _active(self) -> list[str]:
+        items = self.server.request("GET", "workloads", params={"state": "Pending,Admitted,Running"}).json()["items"]
+        return sorted(w["uid"] for w in items if w["uid"] in self.acked)
+
+    # -- rules --------------------------------------------------------------------------------------
+
+    @rule(batch=st.lists(jobs, min_size=1, max_size=10), clients=st.integers(2, 6))
+    def concurrent_submissions(self, batch, clients):
+        for r in in_threads([self._submit_call(j, self._name()) for j in batch], clients):
+            self._record(r)
+
+    @rule(data=st.data(), clients=st.integers(2, 6))
+    def concurrent_cancels(self, data, clients):
+        active = self._active()
+        if not active:
+            return
+        picks = data.draw(st.lists(st.sampled_from(active), min_size=1, max_size=6, unique=True))
+        lqs = self._known
+        calls = [self._cancel_via(uid, lqs[uid]) for uid in picks]
+        for uid, r in in_threads(calls, clients):
+            assert r.status_code == 200 and r.json()["state"] == "Cancelled", r.text
+            self.cancelled.add(uid)
+            self.totals["cancelled"] += 1
+
+    def _cancel_via(self, uid: str, lq: str):
+        ns, name = lq.split("/")[0], self.acked[uid]
+        return lambda s: (uid, self.server.request("DELETE", f"workloads/{ns}/{name}", s))
+
+    @rule(batch=st.lists(jobs, min_size=1, max_size=8), data=st.data(), clients=st.integers(2, 6))
+    def submissions_and_cancels_at_once(self, batch, data, clients):
+        active = self._active()
+        picks = data.draw(st.lists(st.sampled_from(active), max_size=4, unique=True)) if active else []
+        lqs = self._known
+        calls = [self._submit_call(j, self._name()) for j in batch] + [self._cancel_via(u, lqs[u]) for u in picks]
+        for r in in_threads(calls, clients):
+            if isinstance(r, tuple):
+                uid, resp = r
+                assert resp.status_code == 200 and resp.json()["state"] == "Cancelled", resp.text
+                self.cancelled.add(uid)
+                self.totals["cancelled"] += 1
+            else:
+                self._record(r)
+
+    @rule(job=jobs, clients=st.integers(2, 6))
+    def race_for_one_name(self, job, clients):
+        name = self._name()
+        results = in_threads([self._submit_call(job, name) for _ in range(clients)], clients)
+        codes = Counter(r.status_code for r in results)
+        assert codes == Counter({201: 1, 409: clients - 1}), codes
+        for r in results:
+            if r.status_code == 201:
+                self._record(r)
+            else:
+                assert r.json()["reason"] == "Conflict" and r.json()["field"] in ("name", "metadata.name")
+
+    def teardown(self):
+        active = self._active()
+        lqs = self._known
+        in_threads([self._cancel_via(u, lqs[u]) for u in active], 4) if active else None
+
+    # -- invariants -----------------------------------------------------------------------------------
+
+    def snapshot(self):
+        """(queues, workloads, inventory) read twice in a row with the same admissions and queue
+        contents (a cancelled job's process may end, and free its quota, between two reads)."""
+        def read():
+            q = self.server.request("GET", "queues").json()
+            w = self.server.request("GET", "workloads").json()["items"]
+            i = self.server.request("GET", "inventory").json()
+            return q, w, i
+
+        def key(snap):
+            q, w, i = snap
+            return (q, sorted((x["uid"], x["state"], x["positionInClusterQueue"], x["positionInLocalQueue"],
+                               str(x["admission"]), x["visibleDevices"]) for x in w), i)
+
+        prev = read()
+        for _ in range(100):
+            cur = read()
+            if key(cur) == key(prev):
+                return cur
+            prev = cur
+            time.sleep(0.05)
+        raise AssertionError("the queue did not settle")
+
+    @invariant()
+    def every_invariant(self):
+        if self.server is None:
+            return
+        queues, items, inventory = self.snapshot()
+        self.totals["checks"] += 1
+        self.totals["max pending"] = max(self.totals["max pending"], sum(w["state"] == "Pending" for w in items))
+        by_uid = {w["uid"]: w for w in items}
+        # acknowledged submissions and cancels
+        assert len(by_uid) == len(items), "a workload is listed twice"
+        for uid in self.acked:
+            assert uid in by_uid, f"acknowledged {self.acked[uid]} lost"
+        for uid in self.cancelled:
+            assert by_uid[uid]["state"] == "Cancelled", by_uid[uid]
+        # no double admission: devices, holders, counts, usage
+        live = [w for w in items if w["state"] in ("Admitted", "Running")]
+        held = {}
+        for w in live:
+            assert w["admission"] is not None and w["positionInClusterQueue"] is None
+            for p in w["placement"]:
+                for d in p["devices"]:
+                    assert (p["node"], d) not in held, f"{d} admitted to {held[(p['node'], d)]} and {w['name']}"
+                    held[(p["node"], d)] = f"{w['namespace']}/{w['name']}"
+        shown = {}
+        for n in inventory["nodes"]:
+            for g in n["gpus"]:
+                if g["mig"] is None:
+                    shown[(n["name"], str(g["index"]))] = g["assignedTo"]
+                for m in g["mig"] or []:
+                    shown[(n["name"], m["uuid"])] = m["assignedTo"]
+        assert {k: v for k, v in shown.items() if v} == held
+        usage: Counter = Counter()
+        admitted = Counter()
+        for w in live:
+            cq = w["admission"]["clusterQueue"]
+            admitted[cq] += 1
+            for a in w["admission"]["podSetAssignments"]:
+                for res, flavor in a["flavors"].items():
+                    usage[(cq, flavor, res)] += int(a["resourceUsage"][res])
+        for cq in queues["clusterQueues"]:
+            assert cq["admittedWorkloads"] == admitted[cq["name"]], cq
+            for r in cq["resources"]:
+                k = (cq["name"], r["flavor"], r["resource"])
+                assert int(r["usage"]) == usage[k], (k, r, usage[k])
+        # quota never exceeded
+        for k, used in usage.items():
+            assert used <= NOMINAL[k] + BORROWING_LIMIT.get(k, 10**6), (k, used)
+        cohort: Counter = Counter()
+        for (cq, flavor, res), used in usage.items():
+            cohort[(flavor, res)] += used
+        for (flavor, res), used in cohort.items():
+            assert used <= sum(v for (c, f, r), v in NOMINAL.items() if (f, r) == (flavor, res))
+        # positions: 0..n-1, queue order, and the same in every view
+        pending = {w["uid"]: w for w in items if w["state"] == "Pending"}
+        listed = 0
+        for cq in queues["clusterQueues"]:
+            entries = cq["pending"]
+            listed += len(entries)
+            assert cq["pendingWorkloads"] == len(entries)
+            assert [e["positionInClusterQueue"] for e in entries] == list(range(len(entries))), entries
+            order = [(-e["priority"], e["createdAt"]) for e in entries]
+            assert order == sorted(order), f"{cq['name']}: not in priority, then creation order"
+            per_lq = defaultdict(list)
+            for e in entries:
+                per_lq[e["localQueue"]].append(e["positionInLocalQueue"])
+                w = next(x for x in pending.values() if x["name"] == e["name"] and x["namespace"] == e["namespace"])
+                assert (w["positionInClusterQueue"], w["positionInLocalQueue"]) == \
+                    (e["positionInClusterQueue"], e["positionInLocalQueue"]), (w, e)
+                assert w["priority"] == PRIORITY[w["priorityClass"]]
+            for lq, positions in per_lq.items():
+                assert positions == list(range(len(positions))), (cq["name"], lq, positions)
+        assert listed == len(pending), "a Pending workload is missing from its queue, or listed twice"
+        lq_counts = Counter(f"{w['namespace']}/{w['localQueue']}" for w in pending.values())
+        for lq in queues["localQueues"]:
+            assert lq["pendingWorkloads"] == lq_counts[f"{lq['namespace']}/{lq['name']}"], lq
+
+
+def test_concurrent_clients_keep_every_invariant(server):
+    QueueUnderLoad.server = server
+    try:
+        run_state_machine_as_test(QueueUnderLoad, settings=settings(
+            max_examples=EXAMPLES, stateful_step_count=6, deadline=None,
+            suppress_health_check=list(HealthCheck), database=None))
+    finally:
+        QueueUnderLoad.server = None
+    totals = QueueUnderLoad.totals
+    print(dict(totals))
+    assert totals["submitted"] >= 10 * EXAMPLES and totals["cancelled"] and totals["checks"] >= 3 * EXAMPLES
+    assert totals["max pending"] > 0  # queues formed: positions were checked
