@@ -13,6 +13,7 @@ Console script ``jupyter-gpuqueue`` (so ``jupyter gpuqueue ...`` works). Subcomm
     queues | inventory | prices | info
     export-kueue [--config FILE]  the queue configuration as Kueue YAML (admins; offline from files)
     import-kueue FILE         replace the queue configuration with Kueue YAML (admins)
+    bench submit|drain|panels benchmarks of the live service against a real server (BENCHMARKS.md)
 
 Exit status: 0 on success; 2 on bad input or an error answer from the server (the message, naming
 the field, goes to stderr); 1 when ``submit --wait`` ends in Failed or Cancelled; 130 on Ctrl-C.
@@ -721,6 +722,16 @@ COMMANDS: dict[str, Callable[..., int]] = {
 }
 
 
+def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """``bench submit | drain | panels``: benchmarks of the live service (jupyter_gpuqueue/bench)."""
+    from .bench.cli import cmd_bench as run_bench
+
+    return run_bench(args, out, err, stdin)
+
+
+COMMANDS["bench"] = cmd_bench
+
+
 def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentParser:
     """The argument parser of ``jupyter gpuqueue`` (and, with ``prog="%gpujob"``, the line magic).
 
@@ -887,6 +898,10 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
         parents=[server, as_json],
         help="you, your LocalQueues, flavors, MIG profiles and priority classes",
     )
+    if server_options:  # not in the %gpujob magic
+        from .bench.cli import add_bench_parser
+
+        add_bench_parser(sub, server)
     return parser
 
 
@@ -964,7 +979,7 @@ def run(
     try:
         if args.command == "simulate":
             return fn(args, out, err, stdin)
-        if args.command == "replay":
+        if args.command in ("replay", "bench"):
             return fn(args, out, err, stdin)
         return fn(args, out, err, stdin, client=client)
     except GpuQueueError as e:

@@ -77,6 +77,8 @@ def error_from_response(status: int, body: Any) -> GpuQueueError:
                 err.reason = str(body["reason"])  # type: ignore[misc]
             return err
     err = cls(str(message), field=field)
+    if isinstance(body, dict) and isinstance(body.get("retryAfter"), (int, float)):
+        err.retry_after = float(body["retryAfter"])  # type: ignore[attr-defined]  # 429 TooManyRequests
     if status == 401:
         err.status = 401  # type: ignore[misc]
     return err

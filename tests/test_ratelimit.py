@@ -163,3 +163,23 @@ class TestInvalidLimit:
     async def test_the_service_says_which_setting_is_wrong(self, jp_fetch, started):
         status, err, _ = await call(jp_fetch, "info")
         assert status == 503 and "submit_rate_limit" in err["message"], err
+
+
+# -- log bytes per request ----------------------------------------------------------------------------
+
+
+async def test_log_pages_are_at_most_4_mib(jp_fetch, started):
+    """``GET …/logs`` serves at most 4 MiB per request whatever ``limit`` asks; the client pages on
+    with ``nextOffset``."""
+    wl = await ok(jp_fetch, "workloads", method="POST", expect=201,
+                  body=command_job("import sys; sys.stdout.write('x' * (5 << 20))", name="chatty"))
+    done = await wait_for_state(jp_fetch, wl["namespace"], "chatty", ("Succeeded", "Failed"))
+    assert done["state"] == "Succeeded", done
+    first = await ok(jp_fetch, "workloads", wl["namespace"], "chatty", "logs", params={"limit": str(10 << 20)})
+    assert len(first["text"]) == 4 << 20 and first["nextOffset"] == 4 << 20 and not first["eof"]
+    assert first["size"] >= 5 << 20
+    rest = await ok(jp_fetch, "workloads", wl["namespace"], "chatty", "logs",
+                    params={"offset": str(first["nextOffset"]), "limit": str(10 << 20)})
+    assert rest["eof"] and rest["nextOffset"] == rest["size"]
+    assert len(first["text"]) + len(rest["text"]) == rest["size"]
+    assert set(first["text"]) == {"x"} and rest["text"].startswith("x" * ((5 << 20) - (4 << 20)))

@@ -206,10 +206,38 @@ class BenchServer(ExternalServer):
             self._log.close()
             self._log = None
 
+    def kill_jobs(self) -> int:
+        """After :meth:`stop`: SIGKILL the process groups of the jobs the ledger says still run
+        (the local backend's jobs outlive their server by design); returns how many."""
+        import sqlite3
+
+        if not os.path.exists(self.ledger_path):
+            return 0
+        con = sqlite3.connect(f"file:{self.ledger_path}?mode=ro", uri=True)
+        try:
+            runs = [r[0] for r in con.execute("SELECT run FROM workloads WHERE state IN ('Admitted', 'Running')")]
+        finally:
+            con.close()
+        killed = 0
+        for text in runs:
+            try:
+                pgid = int(json.loads(text or "null")["pgid"])
+            except (TypeError, ValueError, KeyError):
+                continue
+            if pgid <= 1:
+                continue
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        return killed
+
     def __enter__(self) -> "BenchServer":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+        self.kill_jobs()
         if self._own_workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)

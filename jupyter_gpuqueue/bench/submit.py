@@ -24,6 +24,12 @@ from typing import Optional
 
 from . import measure, stream
 
+# Jobs that outlast the benchmark: as in slurm.md's measurement (jobs submitted into a DOWN
+# partition), the submission rate is measured without jobs finishing meanwhile. With
+# ``--command "sleep 1"`` jobs churn during the run: every completion makes the scheduler walk
+# the whole queue (Kueue's requeue of inadmissible workloads), see BENCHMARKS.md.
+DEFAULT_COMMAND = ("sleep", "600")
+
 
 async def _client(session, api: str, headers: dict, jobs: list, counter: list, command: list[str],
                   acks: dict, latencies: list, errors: list, t0: float) -> None:
@@ -83,7 +89,7 @@ async def run_submit(server, *, n: int, clients: int, command: Optional[list[str
     ledgerRows, serverCpuSeconds, clientCpuSeconds, load``."""
     import aiohttp
 
-    command = command or ["sleep", "1"]
+    command = command or list(DEFAULT_COMMAND)
     jobs = stream.job_stream(n, seed)
     acks: dict[int, tuple] = {}
     latencies: list[float] = []

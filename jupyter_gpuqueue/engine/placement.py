@@ -72,6 +72,14 @@ class DeviceAllocator:
         self.inventory = inventory
         self.owner: dict[str, str] = {}  # device id -> workload key
         self.by_workload: dict[str, list[str]] = {}
+        # Failed placements, remembered until a device is taken or freed (``_state`` counts those
+        # changes). A failed ``place`` changes nothing, so the same request fails the same way
+        # until then: when quota fits but the devices are fragmented, the BestEffortFIFO walk
+        # after a release tries every queued head, most of them of a few shapes (1-8 GPUs), and
+        # each try scanned every node (BENCHMARKS.md, "The live service"). Decisions unchanged.
+        self._state = 0
+        self._failed: dict[tuple, str] = {}
+        self._failed_state = 0
         # Static structure, computed once.
         self._gpus: dict[str, list[tuple[int, str]]] = {}  # node -> [(index, id)] whole GPUs (MIG off)
         self._mig: dict[str, dict[str, list[tuple[int, str]]]] = {}  # node -> profile -> [(gpu index, uuid)]
@@ -137,6 +145,24 @@ class DeviceAllocator:
         ``pod_sets``: (PodSet, admitted count, resource → assigned flavor name). Returns
         (placements, "") and records the devices as taken by ``key``; or (None, why) and changes
         nothing."""
+        if self._failed_state != self._state:
+            self._failed.clear()
+            self._failed_state = self._state
+        shape = tuple(
+            (count, tuple(sorted(assigned.items())), tuple(sorted(ps.requests.items())),
+             tuple(sorted(ps.node_selector.items())), repr(ps.tolerations), repr(ps.required_affinity))
+            for ps, count, assigned in pod_sets
+        )
+        why = self._failed.get(shape)
+        if why is not None:
+            return None, why
+        placements, why = self._place(key, pod_sets, flavors)
+        if placements is None:
+            self._failed[shape] = why
+        return placements, why
+
+    def _place(self, key: str, pod_sets: list[tuple[PodSet, int, dict[str, str]]],
+               flavors: dict[str, ResourceFlavor]) -> tuple[Optional[list[DevicePlacement]], str]:
         taken: list[str] = []
         placements: list[DevicePlacement] = []
         try:
@@ -177,6 +203,7 @@ class DeviceAllocator:
             for dev in taken:
                 self.owner[dev] = key
             self.by_workload[key] = taken
+            self._state += 1
         return placements, ""
 
     def _place_pod(self, ps: PodSet, needs: dict[str, int], flavor, taken_now: list[str]):
@@ -228,6 +255,7 @@ class DeviceAllocator:
         for dev in ids:
             self.owner[dev] = key
         self.by_workload[key] = ids
+        self._state += 1
 
     def release(self, key: str) -> bool:
         ids = self.by_workload.pop(key, None)
@@ -236,4 +264,5 @@ class DeviceAllocator:
         for dev in ids:
             if self.owner.get(dev) == key:
                 del self.owner[dev]
+        self._state += 1
         return True

@@ -20,7 +20,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Optional
 
-from sqlalchemy import case, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import bindparam, case, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -332,6 +332,21 @@ class Ledger:
                 nm = fields.get("name", row.name)
                 self._check_unique(s, uid, ns, nm, exclude=uid)
             s.execute(update(WorkloadRow).where(WorkloadRow.uid == uid).values(**fields))
+
+    def set_reasons(self, items: list[tuple[str, Optional[str], Optional[str]]]) -> None:
+        """Set ``reason`` and ``message`` of many workloads in one statement (executemany):
+        ``items`` are ``(uid, reason, message)``; unknown uids are skipped. For the scheduling
+        loop, whose cycles give many pending workloads a new reason at once."""
+        if not items:
+            return
+        for uid, reason, message in items:
+            _check_field("reason", reason)
+            _check_field("message", message)
+        stmt = (update(WorkloadRow.__table__)
+                .where(WorkloadRow.__table__.c.uid == bindparam("b_uid"))
+                .values(reason=bindparam("b_reason"), message=bindparam("b_message")))
+        with self._scope(write=True) as s:
+            s.connection().execute(stmt, [{"b_uid": u, "b_reason": r, "b_message": m} for u, r, m in items])
 
     def delete_workload(self, uid: str) -> bool:
         """Delete a workload and its usage intervals. Returns False if it did not exist."""

@@ -64,12 +64,16 @@ def _field(path) -> str:
 
 
 def check_body(data: Any, schema_name: str) -> None:
-    """Raise ValidationError (400) naming the field path (``env.SEED``, ``command[0]``) when
-    ``data`` does not match ``components.schemas[schema_name]`` of the served document."""
+    """Raise ValidationError (400) when ``data`` does not match ``components.schemas[schema_name]``
+    of the served document: ``field`` is the request's field (its top-level key, the form field
+    clients highlight: ``env``), the message starts with the full path (``env.SEED: 1 is not of
+    type 'string'``)."""
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator(schema_name).iter_errors(data))
     if error is None:
         return
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-    raise ValidationError(f"does not match the API's {schema_name} schema: {message}", _field(error.absolute_path))
+    path = list(error.absolute_path)
+    raise ValidationError(f"{_field(path)}: does not match the API's {schema_name} schema: {message}",
+                          str(path[0]) if path else "body")

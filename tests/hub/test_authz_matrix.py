@@ -10,7 +10,8 @@ ClusterQueue ``team-a-cq``. The roles are the example hub's users (jupyterhub_co
 
 The endpoint list comes from ``GET openapi.json`` of the running service, so a new endpoint without
 a row in ``EXPECTED`` fails the test, naming the row to add (and a row whose endpoint is gone fails
-too). docs/rest-api.md ("Authorization matrix") has the same table.
+too); ``OUTSIDE_API`` lists what is served outside the API root (``gpuqueue/metrics``).
+docs/rest-api.md ("Authorization matrix") has the same table.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/admin/prices"): (A, A, A, A, R),
     ("PUT", "/admin/prices"): (A, A, A, A, R),
     ("GET", "/admin/audit"): (A, A, A, A, R),
+}
+# Served outside the API root (not in the OpenAPI document): path relative to the service's URL.
+OUTSIDE_API = {
+    ("GET", "gpuqueue/metrics"): (A, R, R, R, R),  # Prometheus text; any authenticated user
 }
 # Requests with side effects run after the others, in this order (the owner's cancel last).
 LAST = [("PUT", "/budgets/{namespace}"), ("DELETE", "/budgets/{namespace}"),
@@ -120,8 +125,9 @@ def request_for(hub, method: str, path: str, alices: dict) -> tuple[str, dict]:
     elif path == "/admin/priority-classes/{name}":
         kw["json"] = {"description": "Development and notebooks - lowest priority, uses spare capacity"}
     elif (method, path) == ("PUT", "/admin/prices"):
-        prices = hub.queue("GET", "prices", hub.token_for("ada")).json()
-        kw["json"] = {"flavors": prices["flavors"], "default": prices["default"]}
+        prices = hub.queue("GET", "admin/prices", hub.token_for("ada")).json()
+        kw["json"] = {"flavors": {e["flavor"]: e["usdPerGpuHour"] for e in prices["effective"]},
+                      "default": prices["default"]}  # the same prices again
     elif (method, path) == ("PUT", "/budgets/{namespace}"):
         kw["json"] = {"monthlyUSD": 5000, "warnAt": 0.8, "hard": False}
     return concrete.lstrip("/"), kw
@@ -150,4 +156,10 @@ def test_authorization_matrix(hub, alices):
         got = tuple(status_of(hub, role, method, path, alices) for role in ROLES)
         if got != EXPECTED[(method, path)]:
             wrong.append(f"{method} {path}: expected {EXPECTED[(method, path)]}, got {got}")
+    for (method, path), expected in OUTSIDE_API.items():
+        got = tuple(hub.request(method, "services/gpuqueue/" + path,
+                                hub.token_for(USERS[role]) if role != "anonymous" else None).status_code
+                    for role in ROLES)
+        if got != expected:
+            wrong.append(f"{method} {path}: expected {expected}, got {got}")
     assert not wrong, "(anonymous, other, member, owner, admin)\n" + "\n".join(wrong)

@@ -1,0 +1,141 @@
+"""``jupyter gpuqueue bench submit | drain | panels``: the command line of the live benchmarks.
+
+Without ``--url`` each benchmark starts its own server (:class:`.server.BenchServer`: a real
+``jupyter server`` with token auth, SQLite ledger, local backend) with the stream's cluster
+(16 × 8 A100s, team quotas 64 / 48 / 32; ``--nodes`` / ``--gpus-per-node`` for smaller
+inventories) and stops it afterwards. With ``--url`` / ``--token`` it uses that server as it is.
+The figures go to stdout as text, and as JSON with ``--json FILE``. Exit status 0 when every
+check passed (every submission acknowledged once, every job succeeded), 1 otherwise, 2 on bad
+arguments. Timings are reported, never checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import TextIO
+
+
+def add_bench_parser(sub, server_parent) -> None:
+    """Add ``bench`` with its three benchmarks to the ``jupyter gpuqueue`` subparsers ``sub``."""
+    from ..cli import ArgumentParser, positive_int
+
+    p = sub.add_parser(
+        "bench",
+        help="benchmarks of the live service: submit, drain, panels (BENCHMARKS.md)",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bsub = p.add_subparsers(dest="bench", metavar="BENCHMARK", parser_class=ArgumentParser)
+    bsub.required = True
+
+    common = ArgumentParser(add_help=False)
+    g = common.add_argument_group("server")
+    g.add_argument("--url", help="a running server's base URL (default: start one)")
+    g.add_argument("--token", help="its token")
+    g.add_argument("--nodes", type=positive_int, default=16, help="nodes of the started server's inventory (16)")
+    g.add_argument("--gpus-per-node", type=positive_int, default=8, help="A100s per node (8)")
+    g.add_argument("--cycle-interval", type=float, default=0.5,
+                   help="GpuQueueApp.cycle_interval of the started server, seconds (0.5, the default)")
+    g.add_argument("--keep", action="store_true", help="keep the started server's folder (ledger, logs)")
+    g.add_argument("--profile", metavar="FILE", help="run the started server under cProfile, write its profile here")
+    common.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
+    common.add_argument("--seed", type=int, default=42, help="seed of the job stream (42, as slurm.md)")
+
+    s = bsub.add_parser("submit", parents=[common], help="N submissions from C concurrent REST clients",
+                        description="N submissions through the REST API from C concurrent clients (each "
+                        "waits for its acknowledgement before the next); submissions/s and the time until "
+                        "every workload has an admission or a position.")
+    s.add_argument("--n", type=positive_int, default=10000, help="submissions (10000)")
+    s.add_argument("--clients", type=positive_int, default=8, help="concurrent clients (8)")
+    s.add_argument("--command", dest="job_command", default=None,
+                   help="the jobs' command (default 'sleep 600': jobs do not finish during the run, as "
+                   "slurm.md submitted into a DOWN partition; 'sleep 1' lets them churn)")
+
+    d = bsub.add_parser("drain", parents=[common], help="the shared job stream run to completion",
+                        description="The job stream of slurm.md (2,000 jobs of 1-8 GPUs, sleep 1 each) "
+                        "submitted and run to completion by the local backend; makespan against the "
+                        "ideal, GPU utilisation, job starts/s, wait per team.")
+    d.add_argument("--n", type=positive_int, default=2000, help="jobs (2000)")
+    d.add_argument("--clients", type=positive_int, default=8, help="concurrent submitting clients (8)")
+    b = d.add_mutually_exclusive_group()
+    b.add_argument("--borrowing", dest="borrowing", action="store_true", default=True,
+                   help="the teams' ClusterQueues share one cohort, borrowing unlimited (default)")
+    b.add_argument("--no-borrowing", dest="borrowing", action="store_false",
+                   help="no cohort: each team is capped at its nominal quota (Slurm's GrpTRES)")
+    d.add_argument("--both", action="store_true", help="run with and then without borrowing")
+
+    pn = bsub.add_parser("panels", parents=[common], help="event-stream subscribers during a drain",
+                         description="CLIENTS websocket subscribers (panels), each also querying a "
+                         "pending workload's position every second, while `bench drain` runs.")
+    pn.add_argument("--clients", type=positive_int, default=100, help="subscribers (100)")
+    pn.add_argument("--n", type=positive_int, default=2000, help="jobs of the drain (2000)")
+    pn.add_argument("--query-interval", type=float, default=1.0, help="seconds between a panel's position queries")
+    b = pn.add_mutually_exclusive_group()
+    b.add_argument("--borrowing", dest="borrowing", action="store_true", default=True)
+    b.add_argument("--no-borrowing", dest="borrowing", action="store_false")
+
+
+def _server(args, *, borrowing: bool = True):
+    from . import stream
+    from .server import BenchServer, ExternalServer
+
+    if args.url:
+        return ExternalServer(args.url, args.token)
+    return BenchServer(config_yaml=stream.cluster_yaml(borrowing=borrowing),
+                       inventory_yaml=stream.inventory_yaml(args.nodes, args.gpus_per_node),
+                       cycle_interval=args.cycle_interval, keep=args.keep, profile_path=args.profile)
+
+
+def _write_json(args, data, out: TextIO) -> None:
+    if not args.json:
+        return
+    text = json.dumps(data, indent=1, default=str)
+    if args.json == "-":
+        out.write(text + "\n")
+    else:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+
+
+def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """``bench submit | drain | panels`` (see the module docstring)."""
+    import shlex
+
+    from .drain import format_drain, run_drain
+    from .panels import format_panels, run_panels
+    from .submit import format_submit, run_submit
+
+    capacity = args.nodes * args.gpus_per_node
+    if args.bench == "submit":
+        command = shlex.split(args.job_command) if args.job_command else None
+        with _server(args) as server:
+            r = asyncio.run(run_submit(server, n=args.n, clients=args.clients, command=command, seed=args.seed))
+        print(format_submit(r), file=out)
+        _write_json(args, r, out)
+        ok = r["errorCount"] == 0 and r["acknowledged"] == args.n and r["distinctUids"] == args.n
+        return 0 if ok else 1
+    if args.bench == "drain":
+        results = []
+        for borrowing in ((True, False) if args.both else (args.borrowing,)):
+            with _server(args, borrowing=borrowing) as server:
+                r = asyncio.run(run_drain(server, n=args.n, borrowing=borrowing, clients=args.clients,
+                                          seed=args.seed, capacity=capacity))
+            print(format_drain(r), file=out)
+            results.append(r)
+        _write_json(args, results if args.both else results[0], out)
+        ok = all(r["errorCount"] == 0 and r["succeeded"] == r["jobs"] for r in results)
+        return 0 if ok else 1
+    if args.bench == "panels":
+        extra = ["--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node)]
+        with _server(args, borrowing=args.borrowing) as server:
+            r = asyncio.run(run_panels(server, clients=args.clients, n=args.n, borrowing=args.borrowing,
+                                       query_interval=args.query_interval, drain_args=extra))
+        print(format_panels(r), file=out)
+        _write_json(args, r, out)
+        drain_ok = r["drain"] is not None and r["drain"]["succeeded"] == r["drain"]["jobs"]
+        ok = (drain_ok and r["queryErrors"] == 0 and r["streamErrorCount"] == 0
+              and r["workloadEventsPerClientMin"] == r["workloadEventsPerClientMax"])
+        return 0 if ok else 1
+    raise AssertionError(args.bench)  # pragma: no cover
