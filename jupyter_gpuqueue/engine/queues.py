@@ -54,10 +54,12 @@ class ClusterQueueQueue:
     def __init__(self, name: str, strategy: str = BEST_EFFORT_FIFO):
         self.name = name
         self.strategy = strategy
-        # Kueue's heap: (order_key, key) items with lazy deletion; ``_active`` holds the keys that
-        # are really in it (an item of a key not there, or of an older order key, is stale).
-        self._heap: list[tuple[OrderKey, str]] = []
-        self._active: dict[str, OrderKey] = {}
+        # Kueue's heap, with lazy deletion: items are the order key's fields followed by the
+        # workload key, flat (``(-priority, order_time, uid, key)``: cheaper to compare than
+        # nested tuples); ``_active`` maps each key really in the heap to its item (any other item
+        # of that key is stale).
+        self._heap: list[tuple] = []
+        self._active: dict[str, tuple] = {}
         self.all_pending = SortedList()  # active + parked + in flight: for positions
         self.by_local_queue: dict[str, SortedList] = {}
         self.parked: dict[str, OrderKey] = {}
@@ -114,18 +116,19 @@ class ClusterQueueQueue:
 
     def _activate(self, key: str, ok: OrderKey) -> None:
         if key not in self._active:
-            self._active[key] = ok
-            heapq.heappush(self._heap, (ok, key))
+            item = self._active[key] = ok + (key,)
+            heapq.heappush(self._heap, item)
             if len(self._heap) > 2 * len(self._active) + 64:  # drop stale items now and then
-                self._heap = [(o, k) for k, o in self._active.items()]
+                self._heap = list(self._active.values())
                 heapq.heapify(self._heap)
 
-    def _first(self) -> Optional[tuple[OrderKey, str]]:
+    def _first(self) -> Optional[str]:
+        """The key of the first live heap item (stale items on top are dropped)."""
         heap, active = self._heap, self._active
         while heap:
-            ok, key = heap[0]
-            if active.get(key) == ok:
-                return ok, key
+            item = heap[0]
+            if active.get(item[-1]) is item:
+                return item[-1]
             heapq.heappop(heap)  # stale
         return None
 
@@ -140,8 +143,7 @@ class ClusterQueueQueue:
         key = self._sticky_key()
         if key is not None:
             return key
-        first = self._first()
-        return first[1] if first is not None else None
+        return self._first()
 
     def pop(self) -> Optional[str]:
         """Take the head out of the active heap for a cycle (it stays pending for positions)."""
@@ -152,8 +154,9 @@ class ClusterQueueQueue:
             while True:
                 if not heap:
                     return None
-                ok, key = heapq.heappop(heap)
-                if active.get(key) == ok:
+                item = heapq.heappop(heap)
+                key = item[-1]
+                if active.get(key) is item:
                     break  # else a stale item
         del active[key]
         self.pop_cycle += 1
@@ -180,9 +183,17 @@ class ClusterQueueQueue:
         """Move every parked workload back into the heap; returns how many moved."""
         self.requeue_cycle = self.pop_cycle
         n = len(self.parked)
-        for key, ok in self.parked.items():
-            self._activate(key, ok)
-        self.parked.clear()
+        if n:
+            # One heapify instead of a push per workload: a requeue moves the whole parked set.
+            active, heap = self._active, self._heap
+            for key, ok in self.parked.items():
+                if key not in active:
+                    item = active[key] = ok + (key,)
+                    heap.append(item)
+            if len(heap) > 2 * len(active) + 64:  # drop stale items now and then
+                heap[:] = active.values()
+            heapq.heapify(heap)
+            self.parked.clear()
         return n
 
     # -- positions ---------------------------------------------------------------------------------
