@@ -86,3 +86,40 @@ async def test_rest_submission_runs_as_a_kubernetes_job(jp_fetch, started, fake_
     assert done["exitCode"] == 0 and done["costUsd"] > 0
     assert done["admission"]["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "a100"}
     assert cluster.schema_errors == []
+
+
+async def test_a_gpujob_cell_runs_as_a_kubernetes_job(jp_fetch, started, fake_cluster, gpuqueue_env, tmp_path):
+    """``%%gpujob`` in a real kernel (nbclient) against a real server whose backend is the
+    Kubernetes one: the cell becomes a Job in the team's namespace that runs ``python <cell file>``
+    in the kernel's folder; the kubelet (the fake's) ends its pod and the cell's handle sees the
+    job succeed, billed."""
+    from nbformat.v4 import new_code_cell
+
+    from tests.test_magics import run_notebook, text_of
+
+    cluster, _ = fake_cluster
+    work = tmp_path / "work"
+    work.mkdir()
+
+    async def kubelet():  # ends the Job's pod once it runs (whole seconds: condition times)
+        while True:
+            job = cluster.get(("batch", "jobs"), "team-a", "cell-job")
+            if job is not None and not job["spec"].get("suspend") and cluster.finish_pods("team-a", "cell-job", 0):
+                return job
+            await asyncio.sleep(0.5)
+
+    cells = [
+        new_code_cell("%load_ext jupyter_gpuqueue"),
+        new_code_cell("%%gpujob --gpus 1 --max-runtime 5m --name cell-job\nprint('hello from the cluster')"),
+        new_code_cell("print('STATE', _gpujob.wait(timeout=60), _gpujob.info['exitCode'], _gpujob.cost_usd >= 0)"),
+    ]
+    ended = asyncio.ensure_future(kubelet())
+    nb = await run_notebook(cells, work, gpuqueue_env, timeout=120)
+    job = await asyncio.wait_for(ended, 5)
+    assert "STATE Succeeded 0 True" in text_of(nb.cells[2]), [text_of(c) for c in nb.cells]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = container.get("command", []) + container.get("args", [])
+    assert any(part.endswith(".py") for part in command), command  # python <the cell's file>
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] in ("1", 1)
+    assert cluster.schema_errors == []
