@@ -178,7 +178,8 @@ LogFile={self.p('log', 'slurmdbd.log')}
     def start_daemons(self) -> None:
         env = self.env()
         log = open(self.p("log", "daemons.out"), "ab")
-        self.procs.append(subprocess.Popen(["slurmdbd", "-D", "-f", self.p("slurmdbd.conf")], env=env,
+        # slurmdbd reads slurmdbd.conf next to $SLURM_CONF (it has no -f option)
+        self.procs.append(subprocess.Popen(["slurmdbd", "-D"], env=env,
                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_for("slurmdbd", lambda: sh(["sacctmgr", "-i", "show", "cluster"], check=False, env=env).returncode == 0, 90)
         sh(["sacctmgr", "-i", "add", "cluster", "bench"], check=False, env=env)

@@ -197,6 +197,8 @@ class QueueService(CostsMixin):
         self._inflight: set[str] = set()  # "namespace/name" of submissions being committed
         self._coalesced: dict[str, None] = {}
         self._last_coalesced_flush = float("-inf")
+        self._reasons_to_write: dict[str, None] = {}  # uids whose new pending reason is not written yet
+        self._reasons_written_at = 0.0
         self._batch_events: Optional[list[dict]] = None  # events held until a _batch commits
 
     # ------------------------------------------------------------------------------------------
@@ -230,6 +232,11 @@ class QueueService(CostsMixin):
         if self._committer is not None:
             self._committer.close()  # commits what is queued (those rows are restored at the next start)
             self._committer = None
+        if self._reasons_to_write:
+            try:
+                self._write_reasons(self.clock())
+            except Exception:  # pragma: no cover - derived state; recomputed at the next start
+                self.log.warning("gpuqueue: could not write pending reasons at stop", exc_info=True)
         if hasattr(self.backend, "set_wakeup"):
             self.backend.set_wakeup(None)
         if hasattr(self.backend, "close"):
@@ -353,18 +360,23 @@ class QueueService(CostsMixin):
             self.log.info("gpuqueue: cancelled job %s still runs after the restart: stopping it", row["name"])
 
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 self.tick()
             except Exception:  # pragma: no cover - logged, the loop must go on
                 self.log.exception("gpuqueue: scheduling loop error")
+            # Sleep until woken (wake()) or cycle_interval has passed. Not asyncio.wait_for: on
+            # Python 3.11 a cancel (stop()) racing with its timeout could leave this task
+            # cancelling forever, and the server hung at shutdown.
+            timer = loop.call_later(self.cycle_interval, self._wake.set)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.cycle_interval)
-                # Woken by a change (a submission, a job that ended): let the changes of the next
-                # moment arrive too, so that a burst costs one tick, not one each (BENCHMARKS.md).
-                await asyncio.sleep(self.tick_settle_seconds)
-            except asyncio.TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+            # Let the changes of the next moment arrive too, so that a burst (submissions, jobs
+            # that ended) costs one tick, not one each (BENCHMARKS.md, "The live service").
+            await asyncio.sleep(self.tick_settle_seconds)
             self._wake.clear()
 
     def wake(self) -> None:
@@ -385,6 +397,8 @@ class QueueService(CostsMixin):
                     elif st.uid in self.records:
                         self._finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
         self._enforce_max_runtime(now)
+        if self._reasons_to_write and now - self._reasons_written_at >= self.reason_write_interval:
+            self._write_reasons(now)
         self._costs_tick(now)  # budget holds, spot notices, utilization samples (service_costs.py)
         if self._dirty:
             self._dirty = False
@@ -423,15 +437,31 @@ class QueueService(CostsMixin):
             if (rec.get("reason"), rec.get("message")) != (reason, message):
                 rec["reason"], rec["message"] = reason, message
                 updates.append(uid)
-        if updates:
-            with self._batch():  # the new reasons in one statement, one transaction
-                self.ledger.set_reasons([(uid, self.records[uid]["reason"], self.records[uid]["message"])
-                                         for uid in updates])
-                for uid in updates:
-                    self._emit_workload(uid)
+        for uid in updates:
+            self._reasons_to_write[uid] = None
+            self._emit_workload(uid)
         if changed:
             self._emit_coalesced("queues")
             self._emit_coalesced("inventory")
+
+    # Seconds between writes of pending workloads' new reasons to the ledger (see _write_reasons).
+    reason_write_interval = 1.0
+
+    def _write_reasons(self, now: float) -> None:
+        """Write the reasons that scheduling cycles gave pending workloads since the last call, in
+        one statement. A pending reason is derived state (the view reads the live one, and a
+        restart recomputes it), so it is written at most every ``reason_write_interval`` seconds
+        rather than with its own commit (one fsync) in every tick: under a burst of submissions
+        every new workload gets one as it becomes a head."""
+        items = []
+        for uid in self._reasons_to_write:
+            rec = self.records.get(uid)
+            if rec is not None and rec["state"] == PENDING:  # admitted meanwhile: its row is newer
+                items.append((uid, rec.get("reason"), rec.get("message")))
+        self._reasons_to_write = {}
+        self._reasons_written_at = now
+        if items:
+            self.ledger.set_reasons(items)
 
     def _apply_admissions(self, admitted: list[Workload], now: float) -> None:
         """Apply the admissions of this tick's cycles: all recorded in one transaction (a decision
@@ -564,8 +594,8 @@ class QueueService(CostsMixin):
             self.scheduler.evict(key, when)
         self._dirty = True
         self._emit_workload(uid)
-        self._emit({"type": "queues"})
-        self._emit({"type": "inventory"})
+        self._emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
+        self._emit_coalesced("inventory")
 
     # -- cluster backends (backends/kubernetes.py, backends/kueue.py) ------------------------------
 
@@ -662,8 +692,8 @@ class QueueService(CostsMixin):
         self.engine_workloads.pop(uid, None)
         self._dirty = True
         self._emit_workload(uid)
-        self._emit({"type": "queues"})
-        self._emit({"type": "inventory"})
+        self._emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
+        self._emit_coalesced("inventory")
         # Finished work lives on in the ledger only.
         self.records.pop(uid, None)
         self.by_key.pop(key, None)

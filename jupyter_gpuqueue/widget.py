@@ -185,6 +185,7 @@ class GpuJob:
         self._log_tail = ""
         self._log_lines = log_lines
         self._poll_interval = poll_interval
+        self._queues_changed = False  # a "queues" event came: positions may have moved
         self._threads: list[threading.Thread] = []
         self.widget: Optional[GpuJobWidget] = None
         if widget:
@@ -346,6 +347,9 @@ class GpuJob:
                         break
                     if event.get("type") == "workload" and isinstance(event.get("workload"), dict):
                         self._apply(event["workload"])
+                    elif event.get("type") == "queues":
+                        # positions moved (no workload event carries a new position alone)
+                        self._queues_changed = True
         except Exception:
             pass  # the poller takes over
         finally:
@@ -372,6 +376,8 @@ class GpuJob:
             # (cost so far while running) every few seconds, and everything every 15 s.
             force = (not self._ws_ok) or (state in ("Admitted", "Running") and now - last_refresh >= 2)
             force = force or now - last_refresh >= 15
+            # while pending: the position, once a second at most when the queues changed
+            force = force or (state == "Pending" and self._queues_changed and now - last_refresh >= 1)
             try:
                 self._poll_once(force=force)
             except GpuQueueError as e:
@@ -380,6 +386,7 @@ class GpuJob:
                 continue
             if force:
                 last_refresh = now
+                self._queues_changed = False
         stream = self._stream
         if stream is not None and self._done.is_set():
             stream.close()

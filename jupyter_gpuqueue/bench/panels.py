@@ -67,9 +67,9 @@ async def _subscribe(panel: _Panel, session, server, stop: asyncio.Event) -> Non
                         return
                     continue
                 panel.events += 1
+                if not msg.data.startswith('{"type": "workload"'):
+                    continue  # queues / inventory / ping: nothing to time (and no need to parse)
                 event = json.loads(msg.data)
-                if event.get("type") != "workload":
-                    continue
                 panel.workload_events += 1
                 wl = event["workload"]
                 at = wl.get(_STATE_TIME.get(wl["state"], ""))
