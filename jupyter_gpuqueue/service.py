@@ -89,6 +89,8 @@ def _dns_label(value: str, field: str) -> str:
 
 
 _rng = random.Random(secrets.randbits(128))
+if hasattr(os, "register_at_fork"):  # a forked server must not repeat its parent's uids
+    os.register_at_fork(after_in_child=lambda: _rng.seed(secrets.randbits(128)))
 _WHICH_TTL = 5.0  # seconds a found executable is remembered (submission validation only)
 _which_cache: dict[tuple[str, str], tuple[float, str]] = {}
 

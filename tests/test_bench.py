@@ -242,3 +242,20 @@ def test_generated_name_clash_with_a_finished_workload_is_drawn_again(tmp_path, 
             await svc.stop()
 
     asyncio.run(scenario())
+
+
+def test_forked_processes_draw_different_uids():
+    """Workload uids come from a PRNG seeded from the OS (os.urandom is slow on the benchmark VM);
+    a server forked from a process that imported the service must not repeat its parent's uids."""
+    from jupyter_gpuqueue import service as service_mod
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(w, service_mod._new_uid().encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    child = os.read(r, 100).decode()
+    os.close(r)
+    assert child != service_mod._new_uid()
