@@ -14,8 +14,8 @@ import pytest
 
 from jupyter_gpuqueue.ledger import reports
 from jupyter_gpuqueue.server.scopes import STANDALONE_ADMIN_KEY
-from jupyter_gpuqueue.service import create_service
 
+from servicetools import service_factory
 from test_rest import call, check_schema, ok, openapi_doc, wait_for_state  # noqa: F401 (fixtures)
 
 PY = sys.executable
@@ -239,15 +239,11 @@ async def test_hard_limit_holds_new_work_admins_lift_or_raise_and_order_is_kept(
 
 
 def test_held_work_is_released_in_order_when_the_month_rolls_over_and_after_a_restart(tmp_path):
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "inventory.yaml").write_text(INVENTORY)
-    (tmp_path / "root").mkdir()
     clock = {"now": float(calendar.timegm((2026, 11, 30, 23, 0, 0)))}
+    build = service_factory(tmp_path, CLUSTER, INVENTORY, prices={"gpu": 2.0}, default_local_queue="team-a/q")
 
     def make():
-        svc = create_service(config_paths=[str(tmp_path / "cluster.yaml")], inventory_path=str(tmp_path / "inventory.yaml"),
-                             db_url=f"sqlite:///{tmp_path / 'q.sqlite'}", root_dir=str(tmp_path / "root"),
-                             data_dir=str(tmp_path / "data"), prices={"gpu": 2.0}, default_local_queue="team-a/q")
+        svc = build(restore=False)
         svc.clock = lambda: clock["now"]
         svc.configure_costs(budgets={"team-a": {"monthlyUSD": 10, "hard": True}})
         svc.restore()

@@ -489,30 +489,14 @@ class Crash(BaseException):
 
 @pytest.fixture
 def make(tmp_path):
-    from jupyter_gpuqueue.service import create_service
+    from servicetools import service_factory, stop_jobs
 
-    (tmp_path / "cluster.yaml").write_text(ONE_GPU)
-    (tmp_path / "inventory.yaml").write_text(ONE_GPU_INVENTORY)
-    (tmp_path / "root").mkdir()
     (tmp_path / "marks").mkdir()
-    services = []
-
-    def build():
-        svc = create_service(
-            config_paths=[str(tmp_path / "cluster.yaml")], inventory_path=str(tmp_path / "inventory.yaml"),
-            db_url=f"sqlite:///{tmp_path / 'q.sqlite'}", root_dir=str(tmp_path / "root"),
-            data_dir=str(tmp_path / "data"), default_local_queue="one/q", stop_grace_seconds=1.0,
-        )
-        svc.restore()
-        services.append(svc)
-        return svc
-
+    build = service_factory(tmp_path, ONE_GPU, ONE_GPU_INVENTORY, default_local_queue="one/q",
+                            stop_grace_seconds=1.0)
     build.marks = tmp_path / "marks"
     yield build
-    for svc in services:  # kill what is left (a crashed service's jobs were adopted by the next)
-        for uid in list(svc.backend.running()):
-            svc.backend.stop(uid, "test teardown", 0.0)
-        svc.backend.poll()
+    stop_jobs(build.services)  # kill what is left (a crashed service's jobs were adopted by the next)
 
 
 def marked_job(marks: Path, name: str, seconds: float, *, ignore_term: bool = False, once: bool = False,

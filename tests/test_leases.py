@@ -11,10 +11,10 @@ import sys
 import time
 
 import pytest
+from servicetools import service_factory, stop_jobs
 
 from jupyter_gpuqueue.backends.lease import LeaseBackend
 from jupyter_gpuqueue.errors import ValidationError
-from jupyter_gpuqueue.service import create_service
 
 CLUSTER = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -66,33 +66,9 @@ QUOTA = 2
 
 @pytest.fixture
 def env(tmp_path):
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "inventory.yaml").write_text(INVENTORY)
-    (tmp_path / "root").mkdir()
-    services = []
-
-    def make(**kw):
-        svc = create_service(
-            config_paths=[str(tmp_path / "cluster.yaml")],
-            inventory_path=str(tmp_path / "inventory.yaml"),
-            db_url=f"sqlite:///{tmp_path / 'q.sqlite'}",
-            root_dir=str(tmp_path / "root"),
-            data_dir=str(tmp_path / "data"),
-            stop_grace_seconds=2.0,
-            **kw,
-        )
-        svc.restore()
-        services.append(svc)
-        return svc
-
+    make = service_factory(tmp_path, CLUSTER, INVENTORY, stop_grace_seconds=2.0)
     yield make
-    for svc in services:
-        for uid in list(svc.backend.running()):
-            svc.backend.stop(uid, "test teardown", 0.0)
-        deadline = time.time() + 5
-        while svc.backend.running() and time.time() < deadline:
-            svc.backend.poll()
-            time.sleep(0.05)
+    stop_jobs(make.services)
 
 
 def check_quota(svc):

@@ -233,28 +233,16 @@ while True:
 def spot_service(tmp_path):
     import sys
 
-    from jupyter_gpuqueue.service import create_service
+    from servicetools import service_factory, stop_jobs
 
-    (tmp_path / "cluster.yaml").write_text(SPOT_CLUSTER)
-    (tmp_path / "inventory.yaml").write_text(INVENTORY)
-    (tmp_path / "root").mkdir()
-    svc = create_service(config_paths=[str(tmp_path / "cluster.yaml")], inventory_path=str(tmp_path / "inventory.yaml"),
-                         db_url=f"sqlite:///{tmp_path / 'q.sqlite'}", root_dir=str(tmp_path / "root"),
-                         data_dir=str(tmp_path / "data"), prices={"l4-spot": 0.3}, default_local_queue="team-a/q",
-                         stop_grace_seconds=2.0, lease_priority_class=None)
+    svc = service_factory(tmp_path, SPOT_CLUSTER, INVENTORY, prices={"l4-spot": 0.3}, default_local_queue="team-a/q",
+                          stop_grace_seconds=2.0, lease_priority_class=None)(restore=False)
     svc.configure_costs(spot_flavors=["l4-spot"], spot_grace_seconds=1.0, utilization_interval=0.2,
                         utilization_sampler=lambda uuids: utilization_rates(uuids, Nvml0()))
     svc.restore()
     svc.py = sys.executable
     yield svc
-    for uid in list(svc.backend.running()):
-        svc.backend.stop(uid, "test teardown", 0.2)
-    import time
-
-    deadline = time.time() + 5
-    while svc.backend.running() and time.time() < deadline:
-        svc.backend.poll()
-        time.sleep(0.05)
+    stop_jobs([svc], grace=0.2)
     svc.ledger.close()
 
 
@@ -369,15 +357,10 @@ def test_kueue_resource_transformations_count_mig_slices_and_gpus_against_one_qu
 
     from jupyter_gpuqueue.engine.errors import ManifestError
     from jupyter_gpuqueue.engine.manifests import load_text
-    from jupyter_gpuqueue.service import create_service
+    from servicetools import service_factory
 
-    (tmp_path / "cluster.yaml").write_text(SLICES_CLUSTER)
-    (tmp_path / "inventory.yaml").write_text(SLICES_INVENTORY)
-    (tmp_path / "root").mkdir()
-    svc = create_service(config_paths=[str(tmp_path / "cluster.yaml")], inventory_path=str(tmp_path / "inventory.yaml"),
-                         db_url=f"sqlite:///{tmp_path / 'q.sqlite'}", root_dir=str(tmp_path / "root"),
-                         data_dir=str(tmp_path / "data"), prices={"a100": 2.1}, default_local_queue="team-a/q",
-                         lease_priority_class=None)
+    svc = service_factory(tmp_path, SLICES_CLUSTER, SLICES_INVENTORY, prices={"a100": 2.1},
+                          default_local_queue="team-a/q", lease_priority_class=None)(restore=False)
     svc.configure_costs()
     svc.restore()
     try:

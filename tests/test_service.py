@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from servicetools import service_factory, stop_jobs
 
 from jupyter_gpuqueue.errors import Conflict, Forbidden, NotFound, ValidationError
-from jupyter_gpuqueue.service import create_service
 
 CLUSTER = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -93,34 +93,9 @@ PY = sys.executable
 
 @pytest.fixture
 def env(tmp_path):
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    (tmp_path / "inventory.yaml").write_text(INVENTORY)
-    (tmp_path / "root").mkdir()
-    services = []
-
-    def make(**kw):
-        svc = create_service(
-            config_paths=[str(tmp_path / "cluster.yaml")],
-            inventory_path=str(tmp_path / "inventory.yaml"),
-            db_url=f"sqlite:///{tmp_path / 'q.sqlite'}",
-            root_dir=str(tmp_path / "root"),
-            data_dir=str(tmp_path / "data"),
-            default_local_queue="one/q",
-            stop_grace_seconds=2.0,
-            **kw,
-        )
-        svc.restore()
-        services.append(svc)
-        return svc
-
+    make = service_factory(tmp_path, CLUSTER, INVENTORY, default_local_queue="one/q", stop_grace_seconds=2.0)
     yield make, tmp_path
-    for svc in services:
-        for uid in list(svc.backend.running()):
-            svc.backend.stop(uid, "test teardown", 0.5)
-        deadline = time.time() + 5
-        while svc.backend.running() and time.time() < deadline:
-            svc.backend.poll()
-            time.sleep(0.05)
+    stop_jobs(make.services, grace=0.5)
 
 
 def wait(svc, pred, timeout=20.0):
