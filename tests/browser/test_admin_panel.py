@@ -102,8 +102,13 @@ async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_ur
             await expect(nominal).to_have_value("4")
 
             # (1) invalid: out of the cohort, with a borrowingLimit → Kueue's reason under the field
-            await card.locator('input[data-admin-field="cohort"]').fill("")
-            await a100.locator('input[data-admin-field="borrowingLimit"]').fill("2")
+            cohort = card.locator('input[data-admin-field="cohort"]')
+            borrowing = a100.locator('input[data-admin-field="borrowingLimit"]')
+            await cohort.fill("")
+            await borrowing.fill("2")
+            # both edits are in the form when the admin applies (a refetch must not undo them)
+            await expect(cohort).to_have_value("")
+            await expect(borrowing).to_have_value("2")
             await card.locator('[data-action="apply-cluster-queue"]').click()
             error = card.locator(
                 '.jp-gpuqueue-field-error[data-field="spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit"]'

@@ -60,10 +60,13 @@ export function ClusterQueueEditor(props: {
   const [busy, setBusy] = React.useState(false);
   const [showAll, setShowAll] = React.useState(false);
 
+  // Reset the form when the ClusterQueue itself changed (another admin, or our own apply), not
+  // when the admin view merely refetched the same configuration: unsaved edits survive a reload.
+  const signature = React.useMemo(() => JSON.stringify(cq), [cq]);
   React.useEffect(() => {
     setDraft(draftOf(cq));
     setCohort(cq.cohort ?? '');
-  }, [cq]);
+  }, [signature]);
 
   const original = React.useMemo(() => draftOf(cq), [cq]);
   const changedRows = cq.resources.filter(r =>
