@@ -451,9 +451,57 @@ def cmd_simulate(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     return 0
 
 
+ARRAY_TASK_ENV = "GPUQUEUE_ARRAY_TASK_ID"  # as Slurm's SLURM_ARRAY_TASK_ID
+MAX_ARRAY_TASKS = 1000  # the API's SubmitBatch.maxItems
+
+
+def parse_array(spec: str) -> list[int]:
+    """Task ids of an array spec in ``sbatch --array`` syntax: ``0-9``, ``1,3,5``, ``0-15:4``
+    (every 4th), combined with commas; in the order given, without repeats. ValidationError
+    (field ``array``) for anything else, for a step ≤ 0, and above 1,000 tasks (Slurm's ``%N``
+    throttle is not supported: the queue's quotas decide how many run at once)."""
+    ids: dict[int, None] = {}
+    for part in str(spec).split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
+        if not m:
+            raise ValidationError(f"must be like 0-9, 1,3,5 or 0-15:4 (sbatch --array), got {spec!r}",
+                                  field="array")
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
+        step = int(m.group(3)) if m.group(3) is not None else 1
+        if last < first or step <= 0:
+            raise ValidationError(f"{part.strip()!r}: the range must go up with a step ≥ 1", field="array")
+        if (last - first) // step + 1 + len(ids) > MAX_ARRAY_TASKS:
+            raise ValidationError(f"at most {MAX_ARRAY_TASKS} tasks per array", field="array")
+        ids.update(dict.fromkeys(range(first, last + 1, step)))
+    return list(ids)
+
+
+def array_requests(request: dict, task_ids: list[int]) -> list[dict]:
+    """One SubmitRequest per task: ``GPUQUEUE_ARRAY_TASK_ID`` in its environment, and a chosen
+    name suffixed with ``-<id>``."""
+    out = []
+    for i in task_ids:
+        r = dict(request, env={**request.get("env", {}), ARRAY_TASK_ENV: str(i)})
+        if request.get("name"):
+            r["name"] = f"{request['name']}-{i}"
+        out.append(r)
+    return out
+
+
 def cmd_submit(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
     client = client or _client(args)
     request = request_from_args(args)
+    if getattr(args, "array", None):
+        workloads = client.submit_many(array_requests(request, parse_array(args.array)))
+        if args.wait:
+            workloads = [client.wait(w["namespace"], w["name"]) for w in workloads]
+        if args.json:
+            out.write(json.dumps({"items": workloads}) + "\n")
+        else:
+            for w in workloads:
+                print(workload_summary(w), file=out)
+        return 1 if args.wait and any(w.get("state") != "Succeeded" for w in workloads) else 0
     wl = client.submit(request)
     if args.wait:
         if not args.json:
@@ -819,6 +867,9 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
     )
     add_job_arguments(p)
     p.add_argument("--wait", action="store_true", help="wait until the job finishes; exit 1 unless it Succeeded")
+    p.add_argument("--array", metavar="SPEC",
+                   help="a job array, as sbatch --array: 0-9, 1,3,5 or 0-15:4; one job per task id "
+                   f"(in its environment as {ARRAY_TASK_ENV}; --name gets -<id>), submitted all or nothing")
 
     p = sub.add_parser(
         "estimate",

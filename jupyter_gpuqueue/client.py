@@ -335,6 +335,11 @@ class GpuQueueClient:
         """Submit a SubmitRequest dict; returns the created Workload. ValidationError names the field."""
         return self._request("POST", "workloads", json_body=request)
 
+    def submit_many(self, requests: list[dict]) -> list[dict]:
+        """Submit SubmitRequests as one batch (all or nothing, at most 1,000); returns the created
+        Workloads in order. ValidationError / Conflict name the item (``items[3].gpus``)."""
+        return list(self._request("POST", "workloads", json_body={"items": list(requests)})["items"])
+
     def submit_manifest(self, text: str) -> list[dict]:
         """Submit Kubernetes YAML (batch/v1 Job, Kueue Workload, ...); returns the Workloads."""
         out = self._request(

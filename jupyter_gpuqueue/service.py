@@ -1295,13 +1295,59 @@ class QueueService(CostsMixin):
         generated = request.get("name") in (None, "")
         return (await self._accept_grouped([(spec, wl)], user, redraw_name=generated))[0]
 
+    # The most SubmitRequests in one batch (``submit_many_async``; the API's SubmitBatch.maxItems).
+    max_batch_items = 1000
+
+    async def submit_many_async(self, requests: list, *, user: str) -> list[dict]:
+        """Submit a batch of SubmitRequests (``POST workloads`` with ``{"items": [...]}``, e.g. a
+        parameter sweep, as a Slurm job array): every item is validated as :meth:`submit`
+        validates one, then all are committed in one group commit, all or nothing, and queued in
+        their order; returns their Workload views in that order, once durable.
+
+        Errors change nothing and name the item: ValidationError (400, field ``items[i].gpus``;
+        ``items`` when the list is empty, not a list or longer than ``max_batch_items``),
+        Forbidden (403), Conflict (409, ``items[i].name``: a name taken, or chosen twice in the
+        batch), TooManyRequests (429) beyond ``max_pending_per_user``."""
+        if not isinstance(requests, list) or not requests:
+            raise ValidationError("must be a non-empty list of SubmitRequests", "items")
+        if len(requests) > self.max_batch_items:
+            raise ValidationError(
+                f"a batch holds at most {self.max_batch_items} submissions, got {len(requests)}", "items")
+        prepared, generated, chosen = [], [], {}
+        for i, request in enumerate(requests):
+            try:
+                spec, wl = self._prepare(request, user)
+            except GpuQueueError as exc:
+                exc.field = f"items[{i}]" + (f".{exc.field}" if exc.field and exc.field != "body" else "")
+                raise
+            is_generated = request.get("name") in (None, "")
+            if not is_generated:
+                key = f"{wl.namespace}/{wl.name}"
+                if key in chosen:
+                    raise Conflict(f"workload {key} is submitted twice in this batch (items[{chosen[key]}] "
+                                   f"and items[{i}])", f"items[{i}].name")
+                if key in self.by_key or key in self._inflight or self.ledger.find_workload(wl.namespace, wl.name):
+                    raise Conflict(f"workload {key} already exists", f"items[{i}].name")
+                chosen[key] = i
+            else:
+                self._inflight.add(f"{wl.namespace}/{wl.name}")  # the batch's next names differ
+            prepared.append((spec, wl))
+            generated.append(is_generated)
+        self._inflight.difference_update(
+            f"{wl.namespace}/{wl.name}" for (_spec, wl), g in zip(prepared, generated) if g)
+        self._check_pending_cap(user, len(prepared))
+        return await self._accept_grouped(prepared, user, redraw_name=generated)
+
     async def submit_manifest_async(self, text: str, *, user: str) -> list[dict]:
         """:meth:`submit_manifest` through the group commit; the workloads of one manifest are
         committed all together or not at all."""
         return await self._accept_grouped(self._prepare_manifest(text, user), user)
 
     async def _accept_grouped(self, prepared: list[tuple[dict, Workload]], user: str, *,
-                              redraw_name: bool = False) -> list[dict]:
+                              redraw_name: "bool | list[bool]" = False) -> list[dict]:
+        """Commit ``prepared`` as one group; on a name clash found by the commit, draw the
+        generated names again (``redraw_name``: all, or per item) and retry."""
+        redraw = redraw_name if isinstance(redraw_name, list) else [redraw_name] * len(prepared)
         if self._committer is None:  # not started (a service used without its loop): one commit each
             return [self._accept(spec, wl, user) for spec, wl in prepared]
         for attempt in range(5):
@@ -1320,9 +1366,11 @@ class QueueService(CostsMixin):
             except Conflict as exc:
                 # A generated name that a finished workload (in the ledger only) already has:
                 # draw another one (a name the user chose is their 409).
-                if not redraw_name or exc.field != "name" or attempt == 4:
+                if not any(redraw) or exc.field != "name" or attempt == 4:
                     raise
-                for _spec, wl in prepared:
+                for (_spec, wl), again in zip(prepared, redraw):
+                    if not again:
+                        continue
                     base = wl.name.rsplit("-", 1)[0]
                     wl.name = f"{base}-{_random_hex(6)}"
         raise AssertionError("unreachable")  # pragma: no cover

@@ -248,6 +248,42 @@ async def test_submit_command_prints_position_and_cost_then_cancel(gpuqueue_env,
     assert states["cli-sleeper"] == "Cancelled"
 
 
+async def test_submit_array_runs_one_job_per_task_id(gpuqueue_env):
+    code = "import os; print('task', os.environ['GPUQUEUE_ARRAY_TASK_ID'])"
+    rc, out, err = await arun("submit", "--json", "--array", "0-4:2,7", "--name", "sweep", "--wait",
+                              "--max-runtime", "2m", PY, "-c", code, env=gpuqueue_env, timeout=120)
+    assert rc == 0, err
+    items = json.loads(out)["items"]
+    assert [w["name"] for w in items] == ["sweep-0", "sweep-2", "sweep-4", "sweep-7"]
+    assert {w["state"] for w in items} == {"Succeeded"}
+    rc, out, err = await arun("logs", "sweep-7", env=gpuqueue_env)
+    assert rc == 0 and "task 7" in out, (out, err)
+    # a task name already taken refuses the whole array
+    rc, out, err = await arun("submit", "--array", "6-8", "--name", "sweep", PY, "-c", "pass", env=gpuqueue_env)
+    assert rc == 2 and "items[1].name" in err, err
+    rc, out, err = await arun("list", "--json", env=gpuqueue_env)
+    assert sorted(w["name"] for w in json.loads(out)["items"]) == ["sweep-0", "sweep-2", "sweep-4", "sweep-7"]
+
+
+@pytest.mark.parametrize("spec", ["", "5-1", "0-9:0", "a", "0-1000", "1%2"])
+def test_array_spec_errors_name_the_field(spec):
+    from jupyter_gpuqueue.cli import parse_array
+    from jupyter_gpuqueue.errors import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        parse_array(spec)
+    assert e.value.field == "array"
+
+
+def test_array_spec_follows_sbatch():
+    from jupyter_gpuqueue.cli import parse_array
+
+    assert parse_array("0-3") == [0, 1, 2, 3]
+    assert parse_array("1,3,5") == [1, 3, 5]
+    assert parse_array("0-15:4,2,4") == [0, 4, 8, 12, 2]
+    assert len(parse_array("0-999")) == 1000
+
+
 async def test_logs_follow_streams_until_the_job_ends(gpuqueue_env):
     code = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(0.3)\n"
     rc, out, err = await arun("submit", "--name", "cli-ticker", PY, "-c", code, env=gpuqueue_env)

@@ -49,6 +49,9 @@ def add_bench_parser(sub, server_parent) -> None:
                         "every workload has an admission or a position.")
     s.add_argument("--n", type=positive_int, default=10000, help="submissions (10000)")
     s.add_argument("--clients", type=positive_int, default=8, help="concurrent clients (8)")
+    s.add_argument("--batch", type=positive_int, default=1,
+                   help="submissions per request (1: one SubmitRequest each; more: SubmitBatch "
+                   "{\"items\": [...]}, as a sweep or a job array would send them)")
     s.add_argument("--command", dest="job_command", default=None,
                    help="the jobs' command (default 'sleep 600': jobs do not finish during the run, as "
                    "slurm.md submitted into a DOWN partition; 'sleep 1' lets them churn)")
@@ -111,7 +114,8 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     if args.bench == "submit":
         command = shlex.split(args.job_command) if args.job_command else None
         with _server(args) as server:
-            r = asyncio.run(run_submit(server, n=args.n, clients=args.clients, command=command, seed=args.seed))
+            r = asyncio.run(run_submit(server, n=args.n, clients=args.clients, command=command, seed=args.seed,
+                                       batch=args.batch))
         print(format_submit(r), file=out)
         _write_json(args, r, out)
         ok = r["errorCount"] == 0 and r["acknowledged"] == args.n and r["distinctUids"] == args.n

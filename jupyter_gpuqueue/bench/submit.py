@@ -2,7 +2,9 @@
 
 Each client is one HTTP/1.1 keep-alive connection (aiohttp) that sends one submission, waits for
 its acknowledgement (``201`` with the Workload), and sends the next: a closed loop, as a person or a
-script submitting one job after another. Clients take the next job of the shared stream
+script submitting one job after another. With ``batch`` > 1 each request is a SubmitBatch of that
+many submissions (``{"items": [...]}``, as a sweep or a job array sends them), acknowledged together
+by one ``201 {"items": [Workload]}``. Clients take the next jobs of the shared stream
 (:func:`.stream.job_stream`) from a common counter. Every acknowledgement means the submission is
 durable (the server commits it to its ledger before answering; see
 ``jupyter_gpuqueue/ledger/group_commit.py``).
@@ -32,13 +34,17 @@ DEFAULT_COMMAND = ("sleep", "600")
 
 
 async def _client(session, api: str, headers: dict, jobs: list, counter: list, command: list[str],
-                  acks: dict, latencies: list, errors: list, t0: float) -> None:
+                  acks: dict, latencies: list, errors: list, t0: float, batch: int = 1) -> None:
     import aiohttp
 
     while True:
         i = counter[0]
         if i >= len(jobs):
             return
+        if batch > 1:
+            counter[0] = j = min(len(jobs), i + batch)
+            await _batch(session, api, headers, jobs, range(i, j), command, acks, latencies, errors, t0)
+            continue
         counter[0] = i + 1
         body = json.dumps(stream.submit_request(jobs[i], command))
         start = time.perf_counter()
@@ -54,6 +60,36 @@ async def _client(session, api: str, headers: dict, jobs: list, counter: list, c
             errors.append((i, status, text[:300]))
             continue
         wl = json.loads(text)
+        if i in acks:
+            errors.append((i, status, "acknowledged twice"))
+        acks[i] = (wl["uid"], wl["namespace"], wl["name"], wl["state"], wl.get("positionInClusterQueue"),
+                   end - t0)
+        latencies.append(end - start)
+
+
+async def _batch(session, api: str, headers: dict, jobs: list, indices: range, command: list[str],
+                 acks: dict, latencies: list, errors: list, t0: float) -> None:
+    """One SubmitBatch request of the jobs ``indices``; each item's acknowledgement is recorded
+    with the request's latency."""
+    import aiohttp
+
+    body = json.dumps({"items": [stream.submit_request(jobs[i], command) for i in indices]})
+    start = time.perf_counter()
+    try:
+        async with session.post(api + "workloads", data=body, headers=headers) as r:
+            text = await r.text()
+            status = r.status
+    except aiohttp.ClientError as exc:
+        errors.extend((i, None, repr(exc)) for i in indices)
+        return
+    end = time.perf_counter()
+    if status != 201:
+        errors.extend((i, status, text[:300]) for i in indices)
+        return
+    items = json.loads(text)["items"]
+    if len(items) != len(indices):
+        errors.append((indices[0], status, f"{len(items)} acknowledgements for {len(indices)} submissions"))
+    for i, wl in zip(indices, items):
         if i in acks:
             errors.append((i, status, "acknowledged twice"))
         acks[i] = (wl["uid"], wl["namespace"], wl["name"], wl["state"], wl.get("positionInClusterQueue"),
@@ -81,7 +117,7 @@ async def _placed(session, api: str, headers: dict, uids: set, timeout: float) -
 
 
 async def run_submit(server, *, n: int, clients: int, command: Optional[list[str]] = None,
-                     seed: int = 42, placed_timeout: float = 120.0) -> dict:
+                     seed: int = 42, placed_timeout: float = 120.0, batch: int = 1) -> dict:
     """Run the benchmark against ``server`` (a :class:`.server.ExternalServer` or a started
     :class:`.server.BenchServer`); returns the figures (see the module docstring) as a dict:
     ``n, clients, seconds, submissionsPerSecond, ackLatencyP50Ms, ackLatencyP99Ms,
@@ -106,7 +142,8 @@ async def run_submit(server, *, n: int, clients: int, command: Optional[list[str
         cpu0_client = measure.own_cpu_seconds()
         t0 = time.perf_counter()
         await asyncio.gather(*(
-            _client(s, server.api, headers, jobs, counter, command, acks, latencies, errors, t0) for s in sessions))
+            _client(s, server.api, headers, jobs, counter, command, acks, latencies, errors, t0, batch)
+            for s in sessions))
         t_acked = time.perf_counter() - t0
         cpu_server = measure.process_cpu_seconds(server.pid)
         cpu_client = measure.own_cpu_seconds() - cpu0_client
@@ -131,6 +168,7 @@ async def run_submit(server, *, n: int, clients: int, command: Optional[list[str
     return {
         "n": n,
         "clients": clients,
+        "batch": batch,
         "seconds": t_acked,
         "submissionsPerSecond": len(acks) / t_acked if t_acked > 0 else None,
         "ackLatencyP50Ms": (measure.percentile(latencies, 50) or 0) * 1000,
@@ -152,7 +190,8 @@ async def run_submit(server, *, n: int, clients: int, command: Optional[list[str
 def format_submit(r: dict) -> str:
     """A human-readable summary of :func:`run_submit`'s figures."""
     lines = [
-        f"bench submit: {r['acknowledged']}/{r['n']} acknowledged from {r['clients']} clients "
+        f"bench submit: {r['acknowledged']}/{r['n']} acknowledged from {r['clients']} clients"
+        f"{'' if r.get('batch', 1) == 1 else ' in batches of ' + str(r['batch'])} "
         f"in {r['seconds']:.2f} s = {measure.fmt(r['submissionsPerSecond'], '/s', 0)}",
         f"  ack latency p50 {r['ackLatencyP50Ms']:.1f} ms, p99 {r['ackLatencyP99Ms']:.1f} ms",
         f"  every workload admitted or with a position after {measure.fmt(r['secondsUntilAllPlaced'], ' s')} "

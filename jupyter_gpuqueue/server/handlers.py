@@ -288,17 +288,26 @@ class WorkloadsHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def post(self):
-        """Submit: a SubmitRequest JSON, ``{"manifest": yaml}``, or a YAML body → 201."""
+        """Submit: a SubmitRequest JSON, a batch ``{"items": [SubmitRequest]}``,
+        ``{"manifest": yaml}``, or a YAML body → 201."""
         require_scope(self, SUBMIT_SCOPE)
         limiter = self.settings.get(SUBMIT_LIMITER_KEY)
-        if limiter is not None:
-            limiter.take(self.user)  # 429 TooManyRequests + Retry-After beyond submit_rate_limit
         if self.is_yaml_body():
+            if limiter is not None:
+                limiter.take(self.user)  # 429 TooManyRequests + Retry-After beyond submit_rate_limit
             text = self.body_text()
             check_manifest_text(text, "body")
             self._created(await self.service.submit_manifest_async(text, user=self.user))
             return
         data = self.json_body()
+        if "items" in data:  # a batch: each item is one submission for the rate limit
+            check_body(data, "SubmitBatch", field_depth=3)
+            if limiter is not None:
+                limiter.take(self.user, len(data["items"]))
+            self._created(await self.service.submit_many_async(data["items"], user=self.user), batch=True)
+            return
+        if limiter is not None:
+            limiter.take(self.user)
         if "manifest" in data:
             text = data["manifest"]
             if not isinstance(text, str):
@@ -330,8 +339,8 @@ class WorkloadsHandler(GpuQueueHandler):
             ),
         )
 
-    def _created(self, workloads: list) -> None:
-        if len(workloads) == 1:
+    def _created(self, workloads: list, batch: bool = False) -> None:
+        if len(workloads) == 1 and not batch:
             self._set_location(workloads[0])
             self.write_json(workloads[0], status=201)
         else:

@@ -79,20 +79,26 @@ class TokenBucketLimiter:
             raise ValidationError("must be ≥ 0 (0: the rate's count)", "submit_rate_burst")
         return cls(rate, parsed[0], parsed[1], burst or None, **kw)
 
-    def take(self, key: str) -> None:
-        """Take one token from ``key``'s bucket, or raise TooManyRequests (429) with
-        ``retry_after`` = seconds until a token is back, the message naming the limit."""
+    def take(self, key: str, n: int = 1) -> None:
+        """Take ``n`` tokens (a batch of ``n`` submissions) from ``key``'s bucket, or raise
+        TooManyRequests (429) with ``retry_after`` = seconds until they are back, the message
+        naming the limit; nothing is taken then. ValidationError (field ``items``) when ``n`` is
+        above the burst: such a batch could never pass."""
+        if n > self.burst:
+            raise ValidationError(
+                f"a batch of {n} {self.what} is above the per-user burst of {self.burst:g} "
+                f"(c.GpuQueueApp.{self.setting}); send at most {self.burst:g} per request", "items")
         now = self.clock()
         tokens, at = self._buckets.get(key, (self.burst, now))
         tokens = min(self.burst, tokens + (now - at) * self.refill_per_second)
-        if tokens < 1.0:
+        if tokens < n:
             self._buckets[key] = (tokens, now)
-            wait = (1.0 - tokens) / self.refill_per_second
+            wait = (n - tokens) / self.refill_per_second
             raise TooManyRequests(
                 f"too many {self.what} from {key}: the limit is {self.rate_text} per user "
                 f"(burst {self.burst:g}, c.GpuQueueApp.{self.setting}); retry in {wait:.2f} s",
                 None, retry_after=wait)
-        self._buckets[key] = (tokens - 1.0, now)
+        self._buckets[key] = (tokens - n, now)
         if len(self._buckets) > 4096:
             self._prune(now)
 

@@ -7,7 +7,11 @@ invalid (a wrong type, a name that is not a DNS-1123 label, a value out of range
 (unknown LocalQueue, command not found, quota) on top.
 
 OpenAPI 3.0 schemas are JSON Schema draft 4 plus ``nullable``; ``nullable: true`` is translated
-to "or null". Uses ``jsonschema`` (a dependency of jupyter_server through jupyter_events).
+to "or null". A body is first checked by a validator compiled to Python code by
+``fastjsonschema`` (≈ 2 µs for a SubmitRequest; ``jsonschema`` takes ≈ 50 µs, and a batch of 1,000
+submissions is checked item by item); only a body it refuses is checked again by ``jsonschema``,
+whose ``best_match`` gives the message and the field path. ``tests/test_validation.py`` checks
+that the two agree.
 """
 
 from __future__ import annotations
@@ -56,6 +60,36 @@ def _validator(schema_name: str):
     return Draft4Validator({"$ref": f"#/components/schemas/{schema_name}", "components": components})
 
 
+@functools.lru_cache(maxsize=None)
+def _fast_validator(schema_name: str):
+    """``components.schemas[schema_name]`` compiled by fastjsonschema (defaults not filled in:
+    the body is left as sent); None if it cannot compile the schema (then jsonschema alone)."""
+    import fastjsonschema
+
+    _validator(schema_name)  # KeyError for an unknown name, as there
+    try:
+        # draft 4 as OpenAPI 3.0 (exclusiveMinimum is a boolean there, a number in later drafts)
+        return fastjsonschema.compile({"$schema": "http://json-schema.org/draft-04/schema#",
+                                       "$ref": f"#/components/schemas/{schema_name}",
+                                       "components": _components()}, use_default=False)
+    except fastjsonschema.JsonSchemaDefinitionException:  # pragma: no cover - a keyword it lacks
+        return None
+
+
+def is_valid(data: Any, schema_name: str) -> bool:
+    """Whether ``data`` matches ``components.schemas[schema_name]`` (no message; fast path)."""
+    import fastjsonschema
+
+    fast = _fast_validator(schema_name)
+    if fast is None:
+        return _validator(schema_name).is_valid(data)
+    try:
+        fast(data)
+    except fastjsonschema.JsonSchemaValueException:
+        return False
+    return True
+
+
 def _field(path) -> str:
     out = ""
     for part in path:
@@ -63,17 +97,20 @@ def _field(path) -> str:
     return out or "body"
 
 
-def check_body(data: Any, schema_name: str) -> None:
+def check_body(data: Any, schema_name: str, field_depth: int = 1) -> None:
     """Raise ValidationError (400) when ``data`` does not match ``components.schemas[schema_name]``
-    of the served document: ``field`` is the request's field (its top-level key, the form field
-    clients highlight: ``env``), the message starts with the full path (``env.SEED: 1 is not of
-    type 'string'``)."""
+    of the served document: ``field`` is the request's field (the first ``field_depth`` parts of
+    the path: its top-level key, the form field clients highlight: ``env``; 3 for a batch:
+    ``items[2].env``), the message starts with the full path (``env.SEED: 1 is not of type
+    'string'``)."""
     from jsonschema.exceptions import best_match
 
+    if is_valid(data, schema_name):
+        return
     error = best_match(_validator(schema_name).iter_errors(data))
     if error is None:
         return
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
     path = list(error.absolute_path)
     raise ValidationError(f"{_field(path)}: does not match the API's {schema_name} schema: {message}",
-                          str(path[0]) if path else "body")
+                          _field(path[:field_depth]) if path else "body")
