@@ -302,6 +302,42 @@ class CostsMixin:
 
     # ------------------------------------------------------------------ billing and MIG transformations
 
+    # -- the cost of a workload, from memory ---------------------------------------------------------
+    # The ledger's usage intervals are the record of billing (reports, budgets, restarts). For the
+    # cost shown in a Workload view (every event and position query builds one) the service keeps
+    # a copy of the intervals it opened and closed itself, and sums them as Ledger.cost_usd does:
+    # one SQL query per view was a third of the server's time with 100 panels open (BENCHMARKS.md,
+    # "The live service"). A workload whose intervals the service did not all see (restored after
+    # a restart with some already open or closed) is asked of the ledger.
+
+    def _billing_opened(self, uid: str, start: float, usd_per_hour: float, first: bool) -> None:
+        """An interval of ``uid`` was opened at ``start`` (seconds) at ``usd_per_hour``; ``first``:
+        the workload had no interval before (all of them are known here)."""
+        known = self._billing.get(uid)
+        if known is None and not first:
+            return
+        if known is None:
+            known = self._billing[uid] = []
+        known.append([start, None, usd_per_hour])
+
+    def _billing_closed(self, uid: str, end: float) -> None:
+        """Every open interval of ``uid`` was closed at ``end`` (never before its start, as
+        Ledger.close_intervals)."""
+        for iv in self._billing.get(uid, ()):
+            if iv[1] is None:
+                iv[1] = max(iv[0], end)
+
+    def _cost_usd(self, rec: dict, now: float) -> float:
+        """USD charged to the workload of ``rec`` so far: Σ usd_per_hour × hours of its intervals
+        (open ones up to ``now``), as Ledger.cost_usd; 0.0 for one never admitted."""
+        known = self._billing.get(rec["uid"])
+        if known is not None:
+            return sum(rate * max(0.0, (now if end is None else end) - start) / 3600.0
+                       for start, end, rate in known)
+        if rec.get("admitted_at") is None and not rec.get("evictions"):
+            return 0.0  # intervals are opened only at admission
+        return self.ledger.cost_usd(rec["uid"], now)
+
     def _billable(self, wl) -> list[tuple[str, str, int]]:
         """(flavor, device resource, quantity) an admitted engine Workload holds: its PodSets' GPU
         and MIG requests × admitted count, in the flavor assigned to them, or, where a Kueue

@@ -348,6 +348,39 @@ class Ledger:
         with self._scope(write=True) as s:
             s.connection().execute(stmt, [{"b_uid": u, "b_reason": r, "b_message": m} for u, r, m in items])
 
+    def admit_workloads(self, admissions: list[dict], intervals: list[dict]) -> None:
+        """Record many admissions in one transaction and two statements (executemany), for a
+        scheduling tick that admits many workloads (one UPDATE and one INSERT each cost ≈ 1 ms
+        through the ORM). ``admissions``: ``{"uid", "admission", "admitted_at", "cluster_queue"}``
+        each (state becomes Admitted, reason and message are cleared); ``intervals``: the usage
+        intervals they open, ``{"workload_uid", "flavor", "resource", "quantity",
+        "gpu_equivalent", "usd_per_hour", "start"}``. Raises NotFound(field="uid") (nothing
+        written) for an unknown uid, ValidationError naming a bad column."""
+        if not admissions:
+            return
+        for a in admissions:
+            for name in ("admission", "admitted_at", "cluster_queue"):
+                _check_field(name, a[name])
+        table = WorkloadRow.__table__
+        stmt = (update(table).where(table.c.uid == bindparam("b_uid"))
+                .values(state="Admitted", admission=bindparam("b_admission"),
+                        admitted_at=bindparam("b_admitted_at"), cluster_queue=bindparam("b_cq"),
+                        reason=None, message=None))
+        rows = [{"b_uid": a["uid"], "b_admission": a["admission"], "b_admitted_at": a["admitted_at"],
+                 "b_cq": a["cluster_queue"]} for a in admissions]
+        for iv in intervals:
+            for name in ("gpu_equivalent", "usd_per_hour", "start"):
+                if _num(iv[name], name) < 0:
+                    raise ValidationError("must be >= 0", field=name)
+        with self._scope(write=True) as s:
+            conn = s.connection()
+            res = conn.execute(stmt, rows)
+            if conn.dialect.supports_sane_multi_rowcount and res.rowcount != len(rows):
+                raise NotFound(f"{len(rows) - res.rowcount} of {len(rows)} admitted workloads are unknown",
+                               field="uid")
+            if intervals:
+                conn.execute(insert(UsageInterval.__table__), [{**iv, "end": None} for iv in intervals])
+
     def delete_workload(self, uid: str) -> bool:
         """Delete a workload and its usage intervals. Returns False if it did not exist."""
         with self._scope(write=True) as s:

@@ -189,6 +189,15 @@ class GpuQueueApp(ExtensionApp):
         429 TooManyRequests naming this limit (nothing is queued). 0: no limit.""",
     ).tag(config=True)
 
+    freeze_gc_after_start = Bool(
+        True,
+        help="""Once the queue has started (ledger restored, jobs adopted), collect garbage and
+        move every object left to the collector's permanent generation (``gc.freeze()``): the
+        server's start-up objects are then never scanned again, and a full collection under load
+        takes a few milliseconds instead of 100-180 ms, during which no request or event is
+        served (BENCHMARKS.md, "The live service"). False: leave the collector alone.""",
+    ).tag(config=True)
+
     cycle_interval = Float(
         0.5,
         help="""Seconds between the service's background scheduling cycles (it also runs one
@@ -502,6 +511,11 @@ class GpuQueueApp(ExtensionApp):
         await service.start()
         install_global(service)  # the server's /metrics reports this queue (metrics.py)
         self._service_started = True
+        if self.freeze_gc_after_start:
+            import gc
+
+            gc.collect()
+            gc.freeze()
         self.log.info("jupyter_gpuqueue: queue service started")
 
     async def stop_extension(self) -> None:

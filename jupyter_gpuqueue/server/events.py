@@ -5,22 +5,36 @@ Server → client JSON text messages (docs/rest-api.md, "Event"):
 - ``{"type": "hello", "user": "alice"}`` once, on connect;
 - ``{"type": "workload", "workload": Workload}`` on every state, position, reason or admission change;
 - ``{"type": "queues"}`` / ``{"type": "inventory"}``: something changed, refetch;
+- ``{"type": "batch", "events": [Event, ...]}``: several of the above, in the order they happened
+  (only to clients that connect with ``?batch=1``);
 - ``{"type": "ping"}`` every ``ping_interval`` seconds (30 by default).
 
-Clients send nothing (anything they send is ignored). Writing never blocks the event loop: tornado
-buffers each message; a client whose write fails (it went away without a close handshake) is
-unsubscribed and closed.
+Clients send nothing (anything they send is ignored).
+
+One :class:`EventBroadcaster` per service serves every connection: it subscribes to the service
+once, collects its events and flushes them at most every ``flush_interval`` seconds (0.05 by
+default; the first event after a quiet moment goes out at the next event-loop turn). A flush of
+one event sends that event as it is; a flush of several sends one ``batch`` message to clients
+that asked for batches (``?batch=1``: the JupyterLab panel) and the events one by one to the
+others (clients older than batches). Every event is encoded once, however many clients get it
+(with 100 panels open, one message per event and panel saturated the server).
+
+Writing never blocks the event loop: tornado buffers each message; a client whose write fails (it
+went away without a close handshake) or for which more than ``max_buffer`` bytes wait (it does not
+read) is unsubscribed and disconnected. An event that is not JSON is logged and dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any, Callable, Optional
+import logging
+from typing import Any, Optional
 
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
-from tornado import ioloop, web, websocket
+from tornado import ioloop, iostream, web, websocket
 
 from ..errors import GpuQueueError
 from .handlers import API_PREFIX, AUTH_RESOURCE, SERVICE_KEY, resolve_user, service_or_error
@@ -28,6 +42,96 @@ from .scopes import SUBMIT_SCOPE, require_scope
 
 PING_INTERVAL_KEY = "gpuqueue_event_ping_interval"
 DEFAULT_PING_INTERVAL = 30.0  # seconds
+FLUSH_INTERVAL_KEY = "gpuqueue_event_flush_interval"
+DEFAULT_FLUSH_INTERVAL = 0.05  # seconds
+MAX_BUFFER_KEY = "gpuqueue_event_max_buffer"
+DEFAULT_MAX_BUFFER = 64 << 20  # bytes not yet sent to one client (a batch must fit); 0: unlimited
+BROADCASTER_KEY = "gpuqueue_event_broadcaster"
+
+class EventBroadcaster:
+    """Fans one service's events out to every open event stream (see the module docstring).
+
+    ``flush_interval``: seconds between flushes (0: once per event-loop turn). Used on the
+    event-loop thread only.
+    """
+
+    def __init__(self, service: Any, flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+                 log: Optional[logging.Logger] = None):
+        self.service = service
+        self.flush_interval = flush_interval
+        self.log = log or logging.getLogger(__name__)
+        self.clients: dict[EventsHandler, None] = {}  # insertion-ordered set
+        self._events: list[dict] = []
+        self._timer: Optional[asyncio.Handle] = None
+        self._last_flush = float("-inf")  # loop.time()
+        self._unsubscribe: Optional[Any] = None
+
+    def add(self, client: "EventsHandler") -> None:
+        """Send ``client`` every event from now on (the first client subscribes to the service)."""
+        if self._unsubscribe is None:
+            self._unsubscribe = self.service.subscribe(self._on_event)
+        self.clients[client] = None
+
+    def remove(self, client: "EventsHandler") -> None:
+        """Stop sending to ``client`` (idempotent; the last one unsubscribes from the service)."""
+        self.clients.pop(client, None)
+        if not self.clients and self._unsubscribe is not None:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            self._events.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            try:
+                unsubscribe()
+            except Exception:
+                self.log.warning("gpuqueue: unsubscribe failed", exc_info=True)
+
+    def _on_event(self, event: dict) -> None:
+        """Service callback (on the loop thread): queue one Event for the next flush. Never raises."""
+        self._events.append(event)
+        if self._timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (not in a server): at once
+            self.flush()
+            return
+        delay = self._last_flush + self.flush_interval - loop.time()
+        self._timer = loop.call_later(delay, self.flush) if delay > 0 else loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send the queued events to every client now: one event as is, several as one batch."""
+        self._timer = None
+        try:
+            self._last_flush = asyncio.get_running_loop().time()
+        except RuntimeError:
+            pass
+        events, self._events = self._events, []
+        parts = []
+        for event in events:
+            try:
+                parts.append(json.dumps(event))
+            except (TypeError, ValueError):
+                self.log.exception("gpuqueue: dropping an event that is not JSON: %r", event)
+        if not parts:
+            return
+        batch = parts[0] if len(parts) == 1 else '{"type": "batch", "events": [' + ", ".join(parts) + "]}"
+        for client in list(self.clients):
+            if client.batches:
+                client._write(batch)
+            else:
+                for text in parts:
+                    client._write(text)
+
+
+def broadcaster(settings: dict, service: Any, log: Optional[logging.Logger] = None) -> EventBroadcaster:
+    """The :class:`EventBroadcaster` of ``service`` kept in the tornado ``settings`` (made on
+    first use, with ``settings[FLUSH_INTERVAL_KEY]`` seconds between flushes)."""
+    b = settings.get(BROADCASTER_KEY)
+    if b is None or b.service is not service:
+        interval = float(settings.get(FLUSH_INTERVAL_KEY, DEFAULT_FLUSH_INTERVAL))
+        b = settings[BROADCASTER_KEY] = EventBroadcaster(service, interval, log)
+    return b
 
 
 class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
@@ -35,7 +139,8 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
 
     auth_resource = AUTH_RESOURCE
 
-    _unsubscribe: Optional[Callable[[], Any]] = None
+    batches = False  # whether the client takes batch messages (?batch=1)
+    _broadcaster: Optional[EventBroadcaster] = None
     _ping: Optional[ioloop.PeriodicCallback] = None
     _closed = False
 
@@ -55,11 +160,18 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
 
     def open(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super().open(*args, **kwargs)
+        max_buffer = int(self.settings.get(MAX_BUFFER_KEY, DEFAULT_MAX_BUFFER))
+        if max_buffer > 0 and self.ws_connection is not None:
+            self.ws_connection.stream.max_write_buffer_size = max_buffer  # write() raises beyond
         self.gpuqueue_user = resolve_user(self)
+        self.batches = self.get_argument("batch", "0").lower() in ("1", "true", "yes")
         self._send({"type": "hello", "user": self.gpuqueue_user})
-        if self._closed:
+        service = self.settings.get(SERVICE_KEY)
+        if self._closed or service is None:  # the server is stopping
+            self._drop(close=True)
             return
-        self._unsubscribe = self.settings[SERVICE_KEY].subscribe(self._on_event)
+        self._broadcaster = broadcaster(self.settings, service, self.log)
+        self._broadcaster.add(self)
         interval = float(self.settings.get(PING_INTERVAL_KEY, DEFAULT_PING_INTERVAL))
         if interval > 0:
             self._ping = ioloop.PeriodicCallback(
@@ -76,24 +188,25 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _on_event(self, event: dict) -> None:
-        """Service callback (on the loop thread): forward one Event. Never raises."""
-        self._send(event)
-
     def _send(self, event: dict) -> None:
+        """Send one message of this connection only (hello, ping)."""
+        self._write(json.dumps(event))
+
+    def _write(self, text: str) -> None:
+        """Queue one JSON text message; never blocks or raises (a failing client is dropped)."""
         if self._closed:
-            return
-        try:
-            text = _encoded(event)
-        except (TypeError, ValueError):
-            self.log.exception("gpuqueue: dropping an event that is not JSON: %r", event)
             return
         try:
             future = self.write_message(text)
         except websocket.WebSocketClosedError:
             self._drop()
             return
-        except Exception:  # a broken stream: drop this client, keep the service going
+        except iostream.StreamBufferFullError:
+            self.log.warning("gpuqueue: dropping an event-stream client that does not read (%s)",
+                             self.request.remote_ip)
+            self._drop(close=True)
+            return
+        except Exception:  # a broken stream
             self.log.warning("gpuqueue: event write failed; dropping the client", exc_info=True)
             self._drop(close=True)
             return
@@ -104,7 +217,7 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
             self._drop(close=True)
 
     def _drop(self, close: bool = False) -> None:
-        """Unsubscribe and stop pinging (idempotent); optionally close the connection."""
+        """Unsubscribe and stop pinging (idempotent); optionally disconnect the client."""
         first = not self._closed
         self._closed = True
         if self._ping is not None:
@@ -112,30 +225,16 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
             self._ping = None
         if self.ping_callback is not None:  # WebSocketMixin's protocol-level ping
             self.ping_callback.stop()
-        if self._unsubscribe is not None:
-            unsubscribe, self._unsubscribe = self._unsubscribe, None
-            try:
-                unsubscribe()
-            except Exception:
-                self.log.warning("gpuqueue: unsubscribe failed", exc_info=True)
+        if self._broadcaster is not None:
+            self._broadcaster.remove(self)
+            self._broadcaster = None
         if close and first:
+            conn = self.ws_connection
             try:
                 self.close()
-            except Exception:  # already gone
-                pass
-
-
-_last_encoded: list = [None, ""]
-
-
-def _encoded(event: dict) -> str:
-    """``json.dumps(event)``, once per event however many clients get it: the service hands the
-    same dict to every subscriber in turn, so the last encoding is kept (by identity) and reused
-    (with 100 panels open, encoding was the event stream's main cost)."""
-    if _last_encoded[0] is not event:
-        _last_encoded[0], _last_encoded[1] = None, json.dumps(event)
-        _last_encoded[0] = event
-    return _last_encoded[1]
+            except Exception:  # no room left for the close frame: cut the connection
+                if conn is not None and conn.stream is not None:
+                    conn.stream.close()
 
 
 events_handler = (rf"{API_PREFIX}/events", EventsHandler)

@@ -273,13 +273,17 @@ export interface IAuditEntry {
   after: any;
 }
 
-/** An event of the websocket `gpuqueue/api/events`. */
+/**
+ * An event of the websocket `gpuqueue/api/events`; `batch` (several events in order) only
+ * reaches clients that connect with `?batch=1`.
+ */
 export type QueueEvent =
   | { type: 'hello'; user: string }
   | { type: 'workload'; workload: IWorkload }
   | { type: 'queues' }
   | { type: 'inventory' }
-  | { type: 'ping' };
+  | { type: 'ping' }
+  | { type: 'batch'; events: QueueEvent[] };
 
 /** An error answered by the API: `{"message", "reason", "field"}`. */
 export class ApiError extends Error {

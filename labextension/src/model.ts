@@ -2,7 +2,8 @@
  * The panel's live state: info, the user's workloads, queues and inventory.
  *
  * Lists are fetched once, then kept current by the websocket `gpuqueue/api/events`
- * (`workload` events are applied in place; `queues` / `inventory` events trigger a refetch).
+ * (`workload` events are applied in place; `queues` / `inventory` events trigger a refetch;
+ * `batch` messages carry several of them, applied in order).
  * The socket reconnects with exponential backoff, and a slow poll refetches everything as a
  * safety net. Every reconnect refetches, because events may have been missed meanwhile.
  */
@@ -203,7 +204,9 @@ export class QueueModel implements IDisposable {
     let socket: WebSocket;
     try {
       const Ctor = this.client.serverSettings.WebSocket ?? WebSocket;
-      socket = new Ctor(this.client.eventsUrl());
+      // batch=1: the server may send several events as one `batch` message.
+      const url = this.client.eventsUrl();
+      socket = new Ctor(`${url}${url.includes('?') ? '&' : '?'}batch=1`);
     } catch (error) {
       this._scheduleReconnect();
       return;
@@ -267,6 +270,12 @@ export class QueueModel implements IDisposable {
         break;
       case 'inventory':
         this._scheduleRefetch(false, true);
+        break;
+      case 'batch':
+        // Several events of one moment, in the order they happened.
+        for (const e of event.events) {
+          this._onEvent(e);
+        }
         break;
       default:
         break;
