@@ -259,3 +259,27 @@ def test_forked_processes_draw_different_uids():
     child = os.read(r, 100).decode()
     os.close(r)
     assert child != service_mod._new_uid()
+
+
+def test_devices_held_twice_reads_overlaps_from_the_ledger(tmp_path):
+    import sqlite3
+
+    from jupyter_gpuqueue.bench.drain import devices_held_twice
+
+    db = tmp_path / "ledger.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE workloads (name TEXT, admission TEXT, admitted_at REAL, finished_at REAL)")
+
+    def adm(node, *devs):
+        return json.dumps({"placements": [{"node": node, "devices": list(devs)}]})
+
+    con.executemany("INSERT INTO workloads VALUES (?, ?, ?, ?)", [
+        ("a", adm("gpu01", "0", "1"), 0.0, 10.0),
+        ("b", adm("gpu01", "1"), 10.0, 20.0),  # starts as a ends: fine
+        ("c", adm("gpu02", "0"), 0.0, None),  # still running
+        ("d", adm("gpu02", "0"), 5.0, 6.0),  # while c holds it: twice
+        ("e", None, None, None),  # never admitted
+    ])
+    con.commit()
+    con.close()
+    assert devices_held_twice(str(db)) == ["gpu02/0: c until inf and d from 5.000"]

@@ -101,6 +101,34 @@ def peak_concurrency(intervals: list[tuple[float, float, int]]) -> int:
     return peak
 
 
+def devices_held_twice(ledger_path: str) -> list[str]:
+    """Devices that two workloads held at once, read from the server's ledger: each admitted
+    workload holds the devices of its admission's placements from ``admitted_at`` to
+    ``finished_at`` (still held if it has not finished). Returns one line per overlap (empty:
+    no GPU or MIG slice was ever assigned twice). Only the last admission of a workload is on
+    record, which is every admission in a run without preemption (the bench's stream)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT name, admission, admitted_at, finished_at FROM workloads "
+                           "WHERE admitted_at IS NOT NULL").fetchall()
+    finally:
+        con.close()
+    held: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    for name, admission, start, end in rows:
+        for p in (json.loads(admission) if admission else {}).get("placements", []):
+            for dev in p["devices"]:
+                held.setdefault((p["node"], dev), []).append((start, end if end is not None else float("inf"), name))
+    out = []
+    for (node, dev), spans in sorted(held.items()):
+        spans.sort()
+        for (s1, e1, n1), (s2, e2, n2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                out.append(f"{node}/{dev}: {n1} until {e1:.3f} and {n2} from {s2:.3f}")
+    return out
+
+
 def drain_figures(workloads: list[dict], jobs: list, *, t0: float, capacity: int, borrowing: bool,
                   runtime: float = 1.0, quotas: Optional[dict] = None) -> dict:
     """The figures of the module docstring from the finished Workloads (REST views) and the wall
@@ -160,6 +188,8 @@ async def run_drain(server, *, n: int = 2000, borrowing: bool = True, clients: i
     cpu1 = measure.process_cpu_seconds(server.pid)
     cpu1_all = measure.process_cpu_seconds(server.pid, children=True)
     figures = drain_figures(workloads, jobs, t0=t0, capacity=capacity, borrowing=borrowing, runtime=runtime)
+    if getattr(server, "ledger_path", None):  # a server started here: no device given twice
+        errors.extend((None, None, f"device held twice: {line}") for line in devices_held_twice(server.ledger_path))
     figures.update({
         "borrowing": borrowing,
         "submitSeconds": submit_seconds,
