@@ -48,6 +48,7 @@ MAX_BUFFER_KEY = "gpuqueue_event_max_buffer"
 DEFAULT_MAX_BUFFER = 64 << 20  # bytes not yet sent to one client (a batch must fit); 0: unlimited
 BROADCASTER_KEY = "gpuqueue_event_broadcaster"
 
+
 class EventBroadcaster:
     """Fans one service's events out to every open event stream (see the module docstring).
 
