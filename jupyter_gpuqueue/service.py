@@ -468,7 +468,7 @@ class QueueService(CostsMixin):
             self._emit_coalesced("inventory")
 
     # Seconds of scheduling cycles per tick before the loop serves others again (see _schedule).
-    schedule_slice_seconds = 0.01
+    schedule_slice_seconds = 0.005
 
     # Seconds between writes of pending workloads' new reasons to the ledger (see _write_reasons).
     reason_write_interval = 1.0
@@ -498,7 +498,12 @@ class QueueService(CostsMixin):
         with self._batch():
             self._admit_many(list(zip(uids, admitted)), now)
         self._to_launch.extend(uids)
-        self._launch_some()
+        if self._slicing and not self._launch_scheduled:
+            # In the service's loop: started from the next loop turn on, after the tick has let go.
+            self._launch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._launch_some)
+        elif not self._slicing:
+            self._launch_some()
 
     # Jobs started per event-loop turn (see _launch_some).
     launch_chunk = 2
