@@ -553,36 +553,12 @@ class QueueService(CostsMixin):
             opened.append((uid, rec, admission, wl, first, rates))
         self.ledger.admit_workloads(admissions, intervals)
         for uid, rec, admission, wl, first, rates in opened:
-            if first:
-                self._billing.setdefault(uid, [])
-            for rate in rates:
-                self._billing_opened(uid, now, rate, first)
+            self._billing_opened(uid, now, rates, first)
             rec.update(state=ADMITTED, admission=admission, admitted_at=now,
                        cluster_queue=wl.admission.cluster_queue, reason=None, message=None)
 
     def _admit(self, uid: str, wl: Workload, now: float, launch: bool = True) -> None:
-        rec = self.records[uid]
-        admission = serialize.admission_to_dict(wl.admission)
-        first = uid in self._billing or not rec.get("evictions")  # every interval of it seen here
-        opened = []
-        with self.ledger.transaction():
-            self.ledger.update_workload(
-                uid, state=ADMITTED, admission=admission, admitted_at=now,
-                cluster_queue=wl.admission.cluster_queue, reason=None, message=None,
-            )
-            for flavor, resource, qty in self._billable(wl):  # GPUs / MIG slices held (service_costs.py)
-                gpu_eq = self.prices.gpu_equivalent(resource, qty)
-                if gpu_eq <= 0:
-                    continue
-                rate = self.prices.usd_per_hour(flavor, resource, qty)
-                self.ledger.open_interval(uid, flavor, resource, qty, gpu_eq, rate, now)
-                opened.append(rate)
-        if first:
-            self._billing.setdefault(uid, [])
-        for rate in opened:
-            self._billing_opened(uid, now, rate, first)
-        rec.update(state=ADMITTED, admission=admission, admitted_at=now, cluster_queue=wl.admission.cluster_queue,
-                   reason=None, message=None)
+        self._admit_many([(uid, wl)], now)
         if launch:
             self._launch(uid)
 

@@ -310,15 +310,12 @@ class CostsMixin:
     # "The live service"). A workload whose intervals the service did not all see (restored after
     # a restart with some already open or closed) is asked of the ledger.
 
-    def _billing_opened(self, uid: str, start: float, usd_per_hour: float, first: bool) -> None:
-        """An interval of ``uid`` was opened at ``start`` (seconds) at ``usd_per_hour``; ``first``:
-        the workload had no interval before (all of them are known here)."""
-        known = self._billing.get(uid)
-        if known is None and not first:
-            return
-        if known is None:
-            known = self._billing[uid] = []
-        known.append([start, None, usd_per_hour])
+    def _billing_opened(self, uid: str, start: float, rates: list[float], first: bool) -> None:
+        """Intervals of ``uid`` were opened at ``start`` (seconds), one per rate (USD per hour);
+        ``first``: the workload had no interval before, so all of them are known here."""
+        known = self._billing.setdefault(uid, []) if first else self._billing.get(uid)
+        if known is not None:
+            known.extend([start, None, rate] for rate in rates)
 
     def _billing_closed(self, uid: str, end: float) -> None:
         """Every open interval of ``uid`` was closed at ``end`` (never before its start, as

@@ -291,10 +291,8 @@ class WorkloadsHandler(GpuQueueHandler):
         """Submit: a SubmitRequest JSON, a batch ``{"items": [SubmitRequest]}``,
         ``{"manifest": yaml}``, or a YAML body → 201."""
         require_scope(self, SUBMIT_SCOPE)
-        limiter = self.settings.get(SUBMIT_LIMITER_KEY)
         if self.is_yaml_body():
-            if limiter is not None:
-                limiter.take(self.user)  # 429 TooManyRequests + Retry-After beyond submit_rate_limit
+            self._take_submissions(1)
             text = self.body_text()
             check_manifest_text(text, "body")
             self._created(await self.service.submit_manifest_async(text, user=self.user))
@@ -302,12 +300,10 @@ class WorkloadsHandler(GpuQueueHandler):
         data = self.json_body()
         if "items" in data:  # a batch: each item is one submission for the rate limit
             check_body(data, "SubmitBatch", field_depth=3)
-            if limiter is not None:
-                limiter.take(self.user, len(data["items"]))
+            self._take_submissions(len(data["items"]))
             self._created(await self.service.submit_many_async(data["items"], user=self.user), batch=True)
             return
-        if limiter is not None:
-            limiter.take(self.user)
+        self._take_submissions(1)
         if "manifest" in data:
             text = data["manifest"]
             if not isinstance(text, str):
@@ -328,6 +324,13 @@ class WorkloadsHandler(GpuQueueHandler):
         workload = await self.service.submit_async(data, user=self.user)
         self._set_location(workload)
         self.write_json(workload, status=201)
+
+    def _take_submissions(self, n: int) -> None:
+        """Count ``n`` submissions against ``submit_rate_limit``: 429 TooManyRequests with
+        Retry-After beyond it (400 ``items`` for a batch above the burst); no limit when unset."""
+        limiter = self.settings.get(SUBMIT_LIMITER_KEY)
+        if limiter is not None:
+            limiter.take(self.user, n)
 
     def _set_location(self, workload: dict) -> None:
         from jupyter_server.utils import url_path_join
