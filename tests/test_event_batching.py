@@ -139,7 +139,7 @@ async def test_closed_and_failing_clients_do_not_hurt_the_others(jp_ws_fetch, gp
     def write_fails(*args, **kwargs):
         raise RuntimeError("broken stream")
 
-    broken.write_message = write_fails
+    broken.ws_connection.stream.write = write_fails  # every write to this client's socket fails
     try:
         gone.close()  # the server may not have heard of it yet
         gpuqueue_service._emit({"type": "queues"})

@@ -29,6 +29,7 @@ import time
 from typing import Optional
 
 from . import measure, stream
+from .server import client_session
 
 
 async def _submit_all(server, jobs: list, command: list[str], clients: int) -> tuple[dict, list]:
@@ -52,7 +53,7 @@ async def _submit_all(server, jobs: list, command: list[str], clients: int) -> t
                 wl = json.loads(text)
                 acks[i] = {"namespace": wl["namespace"], "name": wl["name"], "uid": wl["uid"]}
 
-    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1),
+    sessions = [client_session(connector=aiohttp.TCPConnector(limit=1),
                                       timeout=aiohttp.ClientTimeout(total=120)) for _ in range(clients)]
     try:
         await asyncio.gather(*(client(s) for s in sessions))
@@ -65,7 +66,7 @@ async def _wait_all_finished(server, uids: set, timeout: float, poll: float = 1.
     import aiohttp
 
     deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as s:
+    async with client_session(timeout=aiohttp.ClientTimeout(total=300)) as s:
         while True:
             # Cheap progress check: the ClusterQueues' pending and admitted counts.
             async with s.get(server.api + "queues", headers=server.headers) as r:

@@ -36,6 +36,7 @@ import time
 from typing import Optional
 
 from . import measure
+from .server import client_session
 
 _STATE_TIME = {"Pending": "createdAt", "Running": "startedAt", "Succeeded": "finishedAt", "Failed": "finishedAt",
                "Admitted": "admittedAt"}
@@ -165,7 +166,7 @@ async def run_panels(server, *, clients: int = 100, n: int = 2000, borrowing: bo
     panels = [_Panel(i) for i in range(clients)]
     stop = asyncio.Event()
     # One connection pool per panel (as separate browsers), websockets plus queries.
-    sessions = [aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) for _ in panels]
+    sessions = [client_session(timeout=aiohttp.ClientTimeout(total=60)) for _ in panels]
     decoder = _Decoder()
     subs = [asyncio.create_task(_subscribe(p, s, server, decoder)) for p, s in zip(panels, sessions)]
     await asyncio.gather(*(p.connected.wait() for p in panels))

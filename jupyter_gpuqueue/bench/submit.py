@@ -25,6 +25,7 @@ import time
 from typing import Optional
 
 from . import measure, stream
+from .server import client_session
 
 # Jobs that outlast the benchmark: as in slurm.md's measurement (jobs submitted into a DOWN
 # partition), the submission rate is measured without jobs finishing meanwhile. With
@@ -132,7 +133,7 @@ async def run_submit(server, *, n: int, clients: int, command: Optional[list[str
     errors: list[tuple] = []
     counter = [0]
     headers = {**server.headers, "Content-Type": "application/json"}
-    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1, force_close=False),
+    sessions = [client_session(connector=aiohttp.TCPConnector(limit=1, force_close=False),
                                       timeout=aiohttp.ClientTimeout(total=120)) for _ in range(clients)]
     load_before = measure.load_average()
     try:

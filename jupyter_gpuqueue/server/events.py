@@ -19,6 +19,12 @@ that asked for batches (``?batch=1``: the JupyterLab panel) and the events one b
 others (clients older than batches). Every event is encoded once, however many clients get it
 (with 100 panels open, one message per event and panel saturated the server).
 
+Every flush is also framed once: the connections are not compressed (``get_compression_options``
+is None) and a server never masks, so every client gets the same websocket frame (RFC 6455,
+section 5.2), written to its stream as is. tornado's ``write_message`` would encode and frame the
+message again for each client and start a task per write: with 100 panels that was two thirds of a
+flush's time (BENCHMARKS.md, "The live service").
+
 Writing never blocks the event loop: tornado buffers each message; a client whose write fails (it
 went away without a close handshake) or for which more than ``max_buffer`` bytes wait (it does not
 read) is unsubscribed and disconnected. An event that is not JSON is logged and dropped.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 from typing import Any, Optional
 
 from jupyter_server.auth.decorator import authorized, ws_authenticated
@@ -117,12 +124,26 @@ class EventBroadcaster:
         if not parts:
             return
         batch = parts[0] if len(parts) == 1 else '{"type": "batch", "events": [' + ", ".join(parts) + "]}"
+        frames: dict[str, bytes] = {}  # text -> its frame, made for the first client that needs it
         for client in list(self.clients):
-            if client.batches:
-                client._write(batch)
-            else:
-                for text in parts:
-                    client._write(text)
+            for text in ((batch,) if client.batches else parts):
+                frame = frames.get(text)
+                if frame is None:
+                    frame = frames[text] = text_frame(text)
+                client._write_frame(frame)
+
+
+def text_frame(text: str) -> bytes:
+    """One unmasked, uncompressed, final websocket text frame holding ``text`` (RFC 6455, 5.2)."""
+    data = text.encode("utf-8")
+    n = len(data)
+    if n < 126:
+        head = struct.pack("!BB", 0x81, n)
+    elif n <= 0xFFFF:
+        head = struct.pack("!BBH", 0x81, 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x81, 127, n)
+    return head + data
 
 
 def broadcaster(settings: dict, service: Any, log: Optional[logging.Logger] = None) -> EventBroadcaster:
@@ -183,6 +204,10 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
     def on_message(self, message: Any) -> None:
         """Clients have nothing to say; messages are ignored."""
 
+    def get_compression_options(self) -> None:
+        """No per-message compression: every client gets the same frame (see the module docstring)."""
+        return None
+
     def on_close(self) -> None:
         self._drop()
         super().on_close()
@@ -212,6 +237,27 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
             self._drop(close=True)
             return
         future.add_done_callback(self._write_done)
+
+    def _write_frame(self, frame: bytes) -> None:
+        """Queue one frame made by :func:`text_frame`; never blocks or raises (a failing client is
+        dropped). A write that fails later closes the stream, and tornado calls :meth:`on_close`."""
+        conn = self.ws_connection
+        if self._closed:
+            return
+        if conn is None or conn.is_closing() or conn.stream is None or conn.stream.closed():
+            self._drop()
+            return
+        try:
+            conn.stream.write(frame)
+        except iostream.StreamClosedError:
+            self._drop()
+        except iostream.StreamBufferFullError:
+            self.log.warning("gpuqueue: dropping an event-stream client that does not read (%s)",
+                             self.request.remote_ip)
+            self._drop(close=True)
+        except Exception:  # a broken stream
+            self.log.warning("gpuqueue: event write failed; dropping the client", exc_info=True)
+            self._drop(close=True)
 
     def _write_done(self, future: Any) -> None:
         if future.cancelled() or future.exception() is not None:
