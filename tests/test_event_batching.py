@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from jupyter_gpuqueue.server.events import BROADCASTER_KEY
+from jupyter_gpuqueue.server.events import BROADCASTER_KEY, text_frame
 from test_rest import API, check_schema, command_job, ok, openapi_doc  # noqa: F401 (fixtures)
 
 TIMEOUT = 30
@@ -182,3 +182,25 @@ class TestStuckClient:
         while await asyncio.wait_for(stuck.read_message(), TIMEOUT) is not None:
             assert time.monotonic() < deadline
         healthy.close()
+
+
+@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 200_000])
+def test_a_shared_frame_is_the_frame_tornado_writes(size):
+    """A flush frames each message once for every client (text_frame): byte for byte what
+    tornado's own frame writer sends on an uncompressed server connection, at every length
+    encoding of RFC 6455 (7 bits, 16 bits, 64 bits)."""
+    from tornado.websocket import WebSocketProtocol13
+
+    text = "é" * (size // 2) + "x" * (size % 2)  # non-ASCII: the length is in bytes
+    written = []
+
+    class Stream:
+        def write(self, data):
+            written.append(data)
+
+    proto = WebSocketProtocol13.__new__(WebSocketProtocol13)
+    proto.stream, proto.mask_outgoing, proto._compressor = Stream(), False, None
+    proto._wire_bytes_out = 0
+    proto._write_frame(True, 0x1, text.encode("utf-8"))  # what write_message does once encoded
+    assert text_frame(text) == written[0]
+

@@ -53,6 +53,10 @@ _STR_FIELDS = (
 _GROUP_KEYS = ("namespace", "owner", "local_queue", "cluster_queue", "workload_uid", "flavor", "resource")
 _CHUNK = 500  # bound parameters per IN (...) clause; SQLite's historical limit is 999
 
+# add_workload_groups' fast path, built once.
+_INSERT_WORKLOADS = insert(WorkloadRow.__table__)
+_ROW_DEFAULTS = {**{c: None for c in WORKLOAD_COLUMNS}, "priority": 0, "reason": "", "evictions": 0}
+
 # admit_workloads' statements, built once.
 _ADMIT = (update(WorkloadRow.__table__).where(WorkloadRow.__table__.c.uid == bindparam("b_uid"))
           .values(state="Admitted", admission=bindparam("b_admission"), admitted_at=bindparam("b_admitted_at"),
@@ -279,7 +283,7 @@ class Ledger:
                             raise ValidationError("required", field=name)
                     for name, value in rec.items():
                         _check_field(name, value)
-                    vals.append({"priority": 0, "reason": "", "evictions": 0, **rec})
+                    vals.append({**_ROW_DEFAULTS, **rec})  # every column: one executemany for all
                 values.append(vals)
             except ValidationError as exc:
                 results[i] = exc
@@ -289,8 +293,8 @@ class Ledger:
             try:
                 # Fast path: every row in one statement, under one savepoint.
                 with s.begin_nested():
-                    if everything:
-                        s.execute(insert(WorkloadRow), everything)
+                    if everything:  # Core, not the ORM's bulk insert: a tenth of the CPU
+                        s.connection().execute(_INSERT_WORKLOADS, everything)
             except IntegrityError:
                 # Some row collides (a name or uid taken): group by group, each under its own
                 # savepoint, so that only the offending groups fail.
@@ -301,7 +305,7 @@ class Ledger:
                         for v in vals:
                             self._check_unique(s, v["uid"], v["namespace"], v["name"])
                         with s.begin_nested():
-                            s.execute(insert(WorkloadRow), vals)
+                            s.connection().execute(_INSERT_WORKLOADS, vals)
                     except (Conflict, IntegrityError) as exc:
                         results[i] = exc if isinstance(exc, Conflict) else Conflict(
                             f"workload {vals[0]['namespace']}/{vals[0]['name']} already exists", field="name")
