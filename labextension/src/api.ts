@@ -282,6 +282,7 @@ export type QueueEvent =
   | { type: 'workload'; workload: IWorkload }
   | { type: 'queues' }
   | { type: 'inventory' }
+  | { type: 'budgets' }
   | { type: 'ping' }
   | { type: 'batch'; events: QueueEvent[] };
 

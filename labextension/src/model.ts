@@ -46,6 +46,11 @@ export class QueueModel implements IDisposable {
     return this._workloadChanged;
   }
 
+  /** Emitted when an admin set or removed a team budget (a `budgets` event): refetch them. */
+  get budgetsChanged(): ISignal<this, void> {
+    return this._budgetsChanged;
+  }
+
   get info(): IInfo | null {
     return this._info;
   }
@@ -271,6 +276,9 @@ export class QueueModel implements IDisposable {
       case 'inventory':
         this._scheduleRefetch(false, true);
         break;
+      case 'budgets':
+        this._budgetsChanged.emit();
+        break;
       case 'batch':
         // Several events of one moment, in the order they happened.
         for (const e of event.events) {
@@ -313,6 +321,7 @@ export class QueueModel implements IDisposable {
 
   private _changed = new Signal<this, void>(this);
   private _workloadChanged = new Signal<this, IWorkload>(this);
+  private _budgetsChanged = new Signal<this, void>(this);
   private _info: IInfo | null = null;
   private _prices: IPrices | null = null;
   private _queues: IQueues | null = null;

@@ -9,7 +9,7 @@
  *   budget share is reached, and as exceeded beyond the budget.
  *
  * Jobs come from the panel's QueueModel, kept current by the event stream; the team's spend is
- * refetched (`gpuqueue/api/budgets`) when a workload event arrives, and every minute.
+ * refetched (`gpuqueue/api/budgets`) when a workload or budgets event arrives, and every minute.
  * Clicking the item opens the GPU Queue panel.
  */
 import * as React from 'react';
@@ -74,6 +74,7 @@ function StatusView(props: { model: QueueModel; onClick: () => void }): JSX.Elem
     const onChange = () => setVersion(v => v + 1);
     model.changed.connect(onChange);
     model.workloadChanged.connect(later);
+    model.budgetsChanged.connect(later);
     fetchBudgets();
     const poll = window.setInterval(fetchBudgets, 60000);
     const tick = window.setInterval(onChange, 1000); // the spend ticks with running work
@@ -81,6 +82,7 @@ function StatusView(props: { model: QueueModel; onClick: () => void }): JSX.Elem
       disposed = true;
       model.changed.disconnect(onChange);
       model.workloadChanged.disconnect(later);
+      model.budgetsChanged.disconnect(later);
       window.clearTimeout(timer);
       window.clearInterval(poll);
       window.clearInterval(tick);

@@ -4,7 +4,7 @@ queue, SQLite ledger and running jobs.
 Earlier usage this month is written to the ledger as the service writes it (finished workloads
 with closed usage intervals); then a job runs on an A100, one on a MIG slice, and one waits behind
 team-b. The test checks the status bar ("GPU · #1 · 2 running · $…", warning style once the team's
-soft budget share is reached), the budget bars, the daily-spend chart, the top jobs, idle capacity
+soft budget share is reached, ok again as soon as an admin raises the budget), the budget bars, the daily-spend chart, the top jobs, idle capacity
 and the MIG availability grid, and takes docs-ready screenshots (costs.png, statusbar.png) into
 test-artifacts/screenshots/ (GPUQUEUE_SCREENSHOT_DIR=docs/screenshots refreshes the README's).
 """
@@ -161,6 +161,13 @@ async def test_cost_view_and_status_bar(jp_fetch, gpuqueue_service, lab_url, chr
                 # Cancelling the pending job: the position goes, the spend keeps ticking.
                 await api(jp_fetch, "workloads", *submitted[-1].split("/"), method="DELETE")
                 await expect(status).to_have_text(re.compile(r"^GPU · 3 running · \$[\d,]+\.\d\d$"))
+
+                # An admin raises team-a's budget: the status bar hears of it from the budgets
+                # event (no workload changes; its own refetch is a minute away).
+                await page.wait_for_timeout(1000)  # the refetch after the cancel is done
+                await api(jp_fetch, "budgets", "team-a", method="PUT",
+                          body={"monthlyUSD": budget * 10, "warnAt": 0.8, "hard": False})
+                await expect(status).to_have_attribute("data-state", "ok", timeout=5000)
                 assert not errors, errors
             finally:
                 await browser.close()

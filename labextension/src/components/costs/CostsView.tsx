@@ -162,10 +162,12 @@ export function CostsView(props: { model: QueueModel }): JSX.Element {
       timer = window.setTimeout(() => void load(), 500);
     };
     model.workloadChanged.connect(later);
+    model.budgetsChanged.connect(later);
     const poll = window.setInterval(() => void load(), 60000);
     const tick = window.setInterval(() => setTick(t => t + 1), 1000);
     return () => {
       model.workloadChanged.disconnect(later);
+      model.budgetsChanged.disconnect(later);
       window.clearTimeout(timer);
       window.clearInterval(poll);
       window.clearInterval(tick);
