@@ -4,9 +4,10 @@ queue, SQLite ledger and running jobs.
 Earlier usage this month is written to the ledger as the service writes it (finished workloads
 with closed usage intervals); then a job runs on an A100, one on a MIG slice, and one waits behind
 team-b. The test checks the status bar ("GPU · #1 · 2 running · $…", warning style once the team's
-soft budget share is reached, ok again as soon as an admin raises the budget), the budget bars, the daily-spend chart, the top jobs, idle capacity
-and the MIG availability grid, and takes docs-ready screenshots (costs.png, statusbar.png) into
-test-artifacts/screenshots/ (GPUQUEUE_SCREENSHOT_DIR=docs/screenshots refreshes the README's).
+soft budget share is reached, ok again as soon as an admin raises the budget), the budget bars,
+the daily-spend chart, the top jobs, idle capacity and the MIG availability grid, and takes
+docs-ready screenshots (costs.png, statusbar.png) into test-artifacts/screenshots/
+(GPUQUEUE_SCREENSHOT_DIR=docs/screenshots refreshes the README's).
 """
 
 from __future__ import annotations
