@@ -5,6 +5,7 @@ Pure functions of plain data (profile dicts, Workload views as docs/rest-api.md 
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional
 
 from .config import REQUEST_KEYS, setting
@@ -54,6 +55,86 @@ def request_from_profile(profile: dict) -> Optional[dict]:
     return None
 
 
+def _merge(target: dict, new: dict) -> None:
+    """``new`` into ``target`` as KubeSpawner merges overrides (``kubespawner.utils.
+    recursive_update``): mappings merged key by key, a None value removes the key, anything else
+    replaces."""
+    for k, v in new.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+def _format(value: Any, text: str) -> Any:
+    """``value`` with ``{value}`` replaced by ``text`` in every string it holds (KubeSpawner's
+    ``recursive_format`` for an ``unlisted_choice``)."""
+    if isinstance(value, str):
+        return value.format(value=text)
+    if isinstance(value, dict):
+        return {_format(k, text): _format(v, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_format(v, text) for v in value]
+    return value
+
+
+def _option_value(user_options: dict, key: str) -> Optional[str]:
+    value = user_options.get(key)
+    if isinstance(value, list):  # an unprocessed form value
+        value = value[0] if value else None
+    return value or None
+
+
+def apply_profile_options(profile: dict, user_options: dict) -> dict:
+    """``profile`` with the choices of its ``profile_options`` applied as KubeSpawner 7 applies
+    them (``KubeSpawner._load_profile``): for each option, in order, the override of the choice in
+    ``user_options[option]``, of the free-form value in ``user_options[option + "--unlisted-choice"]``
+    (``{value}`` formatted into its ``unlisted_choice.kubespawner_override``), or of the default
+    choice (the one marked ``default``, else the first) is merged into the profile's
+    ``kubespawner_override``. A choice may also carry a ``gpuqueue`` request, which then replaces
+    the profile's. Returns a new dict; ``profile`` is unchanged.
+
+    Raises ValueError naming the profile and option, as KubeSpawner refuses the spawn: an unknown
+    choice, a free-form value for an option that does not enable one or that fails its
+    ``validation_regex``, no choice for an option that only has a free-form field."""
+    import re
+
+    slug = profile.get("slug")
+    override = copy.deepcopy(profile.get("kubespawner_override") or {})
+    explicit = profile.get("gpuqueue")
+    for name, option in (profile.get("profile_options") or {}).items():
+        choices = option.get("choices") or {}
+        unlisted = _option_value(user_options, f"{name}--unlisted-choice")
+        choice = _option_value(user_options, name)
+        if unlisted:
+            free = option.get("unlisted_choice") or {}
+            if not free.get("enabled"):
+                raise ValueError(f"profile {slug!r}: option {name!r} takes no free-form value")
+            regex = free.get("validation_regex")
+            if regex and not re.match(regex, unlisted):
+                raise ValueError(f"profile {slug!r}: {unlisted!r} does not match the {name!r} option's "
+                                 f"validation_regex {regex!r}")
+            chosen = {"kubespawner_override": _format(free.get("kubespawner_override") or {}, unlisted)}
+        elif choice:
+            if choice not in choices:
+                raise ValueError(f"profile {slug!r}: unknown choice {choice!r} for option {name!r}; "
+                                 f"expected one of {', '.join(choices)}")
+            chosen = choices[choice]
+        elif choices:
+            chosen = next((c for c in choices.values() if c.get("default")), next(iter(choices.values())))
+        else:
+            raise ValueError(f"profile {slug!r}: option {name!r} has no default choice; give a value")
+        _merge(override, chosen.get("kubespawner_override") or {})
+        if chosen.get("gpuqueue") is not None:
+            explicit = chosen["gpuqueue"]
+    out = {**profile, "kubespawner_override": override}
+    if explicit is not None:
+        out["gpuqueue"] = explicit
+    return out
+
+
 def selected_profile(profiles: list, user_options: dict) -> Optional[dict]:
     """The profile chosen in ``user_options["profile"]`` (KubeSpawner's rule otherwise: the one
     marked ``default``, else the first). Raises ValueError for an unknown slug."""
@@ -97,15 +178,18 @@ def lease_request_for(spawner: Any) -> Optional[dict]:
 
     Profiles come from ``spawner.profile_list`` (KubeSpawner; callables are not evaluated here:
     give such profiles a static ``gpuqueue_profiles`` instead) or ``spawner.gpuqueue_profiles``;
-    with neither, ``spawner.gpuqueue_request`` (empty: no GPU)."""
+    with neither, ``spawner.gpuqueue_request`` (empty: no GPU). The chosen profile's
+    ``profile_options`` apply (:func:`apply_profile_options`): a GPU picked in a choice queues
+    as one given by the profile itself."""
     profiles = setting(spawner, "gpuqueue_profiles") or getattr(spawner, "profile_list", None) or []
     if isinstance(profiles, dict):  # KubeSpawner 7.1 accepts a dict keyed by slug
         profiles = [dict(v, slug=v.get("slug", k)) for k, v in profiles.items()]
     if callable(profiles):
         profiles = []
-    profile = selected_profile(list(profiles), getattr(spawner, "user_options", None) or {})
+    user_options = getattr(spawner, "user_options", None) or {}
+    profile = selected_profile(list(profiles), user_options)
     if profile is not None:
-        return request_from_profile(profile)
+        return request_from_profile(apply_profile_options(profile, user_options))
     req = dict(setting(spawner, "gpuqueue_request") or {})
     return req or None
 

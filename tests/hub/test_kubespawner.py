@@ -44,6 +44,28 @@ PROFILES = [
         "slug": "two-gpus",
         "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "2"}},
     },
+    {
+        # KubeSpawner's profile_options: the GPU is picked in the form, not by the profile.
+        "display_name": "Pick a GPU",
+        "slug": "pick",
+        "kubespawner_override": {"mem_limit": "16G"},
+        "profile_options": {
+            "gpu": {
+                "display_name": "GPU",
+                "choices": {
+                    "none": {"display_name": "None", "default": True},
+                    "a100": {"display_name": "1 × A100", "gpuqueue": {"gpus": 1, "flavor": "nvidia-a100"},
+                             "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "1"}}},
+                    "mig": {"display_name": "1 × MIG 1g.10gb",
+                            "kubespawner_override": {"extra_resource_limits": {"nvidia.com/mig-1g.10gb": "1"}}},
+                },
+                "unlisted_choice": {
+                    "enabled": True, "display_name": "GPUs (1-4)", "validation_regex": "^[1-4]$",
+                    "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "{value}"}},
+                },
+            },
+        },
+    },
 ]
 
 
@@ -95,7 +117,7 @@ class MockUser:
         self.server = Server()
 
 
-def make_spawner(env, cluster_file, profile):
+def make_spawner(env, cluster_file, profile, options=None):
     from traitlets.config import Config
 
     c = Config()
@@ -106,12 +128,12 @@ def make_spawner(env, cluster_file, profile):
     c.KubeSpawner.gpuqueue_config_files = [cluster_file]
     c.KubeSpawner.gpuqueue_poll_interval = 0.1
     sp = QueuedKubeSpawner(config=c, user=MockUser(), hub=Hub(), _mock=True)
-    sp.user_options = {"profile": profile}
+    sp.user_options = {"profile": profile, **(options or {})}
     return sp
 
 
-async def manifest_for(env, cluster_file, profile):
-    sp = make_spawner(env, cluster_file, profile)
+async def manifest_for(env, cluster_file, profile, options=None):
+    sp = make_spawner(env, cluster_file, profile, options)
     await asyncio.wait_for(sp.run_pre_spawn_hook(), 30)  # queues and waits for admission
     await sp.load_user_options()  # what KubeSpawner._start() does next
     pod = await sp.get_pod_manifest()
@@ -173,6 +195,56 @@ async def test_any_gpu_profile_gets_the_flavor_the_queue_chose(gpuqueue_env, clu
     assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
     assert len(w["visibleDevices"].split(",")) == 2
     await sp._gpuqueue_release(sp.gpuqueue_lease, "test")
+
+
+async def test_a_gpu_picked_in_profile_options_is_queued(gpuqueue_env, cluster_file, gpuqueue_service):
+    """KubeSpawner's profile_options: the choice made in the form decides the lease, and the pod
+    KubeSpawner builds from the same choice carries its admission."""
+    sp, pod = await manifest_for(gpuqueue_env, cluster_file, "pick", {"gpu": "mig"})
+    w = sp.gpuqueue_workload
+    assert w["state"] == "Running"
+    assert w["admission"]["podSetAssignments"][0]["flavors"] == {"nvidia.com/mig-1g.10gb": "nvidia-a100-mig"}
+    res = pod.spec.containers[0].resources
+    assert res.limits["nvidia.com/mig-1g.10gb"] == "1" and "nvidia.com/gpu" not in res.limits
+    assert res.limits["memory"] == 16 * 1024**3  # the profile's own override is kept
+    await sp._gpuqueue_release(sp.gpuqueue_lease, "test")
+
+    # A free-form count (unlisted_choice): "{value}" in its override becomes the count.
+    sp, pod = await manifest_for(gpuqueue_env, cluster_file, "pick", {"gpu--unlisted-choice": "2"})
+    w = sp.gpuqueue_workload
+    assert w["state"] == "Running" and len(w["visibleDevices"].split(",")) == 2
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    await sp._gpuqueue_release(sp.gpuqueue_lease, "test")
+
+    # The default choice ("none") asks for no GPU: nothing is queued.
+    sp, pod = await manifest_for(gpuqueue_env, cluster_file, "pick")
+    assert sp.gpuqueue_lease is None
+    assert not any(k.startswith("nvidia.com/") for k in (pod.spec.containers[0].resources.limits or {}))
+
+
+def test_profile_options_map_to_a_request_or_are_refused_as_kubespawner_refuses_them():
+    class S:
+        profile_list = PROFILES
+        user_options: dict = {}
+
+    s = S()
+    expected = [
+        ({}, None),  # the default choice: no GPU
+        ({"gpu": "none"}, None),
+        ({"gpu": "a100"}, {"gpus": 1, "flavor": "nvidia-a100"}),  # the choice's own gpuqueue request
+        ({"gpu": "mig"}, {"migProfile": "1g.10gb"}),  # read from the choice's override
+        ({"gpu": ["mig"]}, {"migProfile": "1g.10gb"}),  # an unprocessed form value
+        ({"gpu--unlisted-choice": "3"}, {"gpus": 3}),
+    ]
+    for options, req in expected:
+        s.user_options = {"profile": "pick", **options}
+        assert lease_request_for(s) == req, options
+    assert PROFILES[-1]["kubespawner_override"] == {"mem_limit": "16G"}  # the profile is not changed
+    for options, match in (({"gpu": "h200"}, "unknown choice 'h200' for option 'gpu'"),
+                           ({"gpu--unlisted-choice": "9"}, "does not match the 'gpu' option's validation_regex")):
+        s.user_options = {"profile": "pick", **options}
+        with pytest.raises(ValueError, match=match):
+            lease_request_for(s)
 
 
 def test_every_profile_maps_to_a_request():
