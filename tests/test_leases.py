@@ -299,3 +299,16 @@ def test_lease_backend_holds_leases_and_delegates_processes(tmp_path):
     from jupyter_gpuqueue.backends.lease import is_lease_run
 
     assert not is_lease_run(other)
+
+
+def test_lease_end_is_the_earlier_of_the_preemption_deadline_and_the_maximum_lease_time():
+    """When the hub spawner stops a server on a lease (hub/spawner.py, its lease watch): the
+    queue releases the lease at the same moment (service.py)."""
+    from jupyter_gpuqueue.hub.lease import lease_end
+
+    assert lease_end({"state": "Running", "startedAt": 1000.0, "maxRuntimeSeconds": 0}) is None
+    assert lease_end({"state": "Running", "startedAt": 1000.0, "maxRuntimeSeconds": 3600}) == 4600.0
+    assert lease_end({"state": "Running", "startedAt": 1000.0, "maxRuntimeSeconds": 3600,
+                      "evictionDeadline": 1300.0}) == 1300.0
+    assert lease_end({"state": "Running", "startedAt": 1000.0, "maxRuntimeSeconds": 100,
+                      "evictionDeadline": 1300.0}) == 1100.0

@@ -76,8 +76,8 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
 
     gpuqueue_max_runtime_seconds = Float(
         8 * 3600.0,
-        help="""Maximum lease time in seconds (the queue releases the GPUs then; the spawner
-        stops the server at its next poll).""",
+        help="""Maximum lease time in seconds (the queue releases the GPUs then, and the spawner
+        stops the server: see gpuqueue_lease_watch_interval).""",
     ).tag(config=True)
 
     gpuqueue_admission_timeout = Float(
@@ -87,6 +87,16 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
     ).tag(config=True)
 
     gpuqueue_poll_interval = Float(1.0, help="Seconds between queue polls while a spawn waits.").tag(config=True)
+
+    gpuqueue_lease_watch_interval = Float(
+        10.0,
+        help="""Seconds between looks at the lease of a running server (GpuQueueSpawnerMixin).
+        Once the lease has an end (the evictionDeadline of a preemption warning, or its maximum
+        lease time) the server is stopped at that moment, when the queue gives its devices to
+        other work, instead of at the hub's next poll (Spawner.poll_interval, 30 s by default):
+        two users on one GPU until then. A lease the queue ended otherwise (released, unknown)
+        stops the server at the next look. 0: only the hub's poll does this.""",
+    ).tag(config=True)
 
     gpuqueue_config_files = List(
         Unicode(),

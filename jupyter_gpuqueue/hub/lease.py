@@ -218,6 +218,18 @@ class HubLease:
         self.changed.set()
 
 
+def lease_end(workload: dict) -> Optional[float]:
+    """When a running lease ends, in seconds since the epoch: the ``evictionDeadline`` of a
+    preemption warning or ``startedAt`` + ``maxRuntimeSeconds``, whichever comes first (the
+    queue releases the lease then: service.py, backends/lease.py); None when neither is set."""
+    ends = []
+    if workload.get("evictionDeadline"):
+        ends.append(float(workload["evictionDeadline"]))
+    if workload.get("startedAt") and workload.get("maxRuntimeSeconds"):
+        ends.append(float(workload["startedAt"]) + float(workload["maxRuntimeSeconds"]))
+    return min(ends) if ends else None
+
+
 def lease_environment(workload: dict) -> dict[str, str]:
     """Environment of a local notebook server on a lease: the assigned devices and the lease."""
     devices = workload.get("visibleDevices") or ""

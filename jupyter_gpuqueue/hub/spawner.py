@@ -6,7 +6,9 @@ service as a Workload of kind ``NotebookLease`` (docs/rest-api.md) at priority c
 waits until the lease is admitted, showing its queue position on the spawn-pending page; then the
 server starts on the assigned devices, and the lease is released when the server stops, is culled,
 or dies. A lease preempted by higher-priority work is warned first (``evictionDeadline``, shown in
-JupyterLab), then released; the spawner stops the server at its next ``poll``.
+JupyterLab), then released; the spawner stops the server at that moment (it watches the lease
+of a running server, ``gpuqueue_lease_watch_interval``), and the hub's next ``poll`` finds it
+stopped.
 
 Two ways to use it (``jupyterhub_config/local/spawner.py``, ``jupyterhub_config/kubernetes/``):
 
@@ -31,10 +33,12 @@ replaces this with one fixed token (a queue that is not a hub service; tests).
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any, Optional
 
 from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig
-from .lease import HubLease, lease_environment
+from .lease import HubLease, lease_end, lease_environment
 from .profiles import lease_request_for
 
 
@@ -74,9 +78,11 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
       configured ``pre_spawn_hook``.
     - ``progress()``: the queue position while waiting, then the spawner's own events.
     - ``get_env()``: ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` of the assigned devices.
-    - ``stop()`` / ``poll()``: release the lease when the server stops, is culled or dies; a lease
-      that ended in the queue (preempted after its grace period, maximum lease time) stops the
-      server at the next poll.
+    - ``stop()`` / ``poll()``: release the lease when the server stops, is culled or dies.
+    - While the server runs, its lease is watched (``gpuqueue_lease_watch_interval``): the server
+      is stopped at the lease's end (the ``evictionDeadline`` of a preemption warning, its maximum
+      lease time), when the queue gives the devices to other work, or once the queue says the
+      lease ended; the hub's next ``poll`` then finds it stopped. ``poll`` does the same check.
     - ``get_state``/``load_state``: the lease survives a hub restart.
     """
 
@@ -145,15 +151,19 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         return env
 
     _gpuqueue_stopping = False
+    _gpuqueue_watch_task: Optional[asyncio.Task] = None
 
     async def start(self):
         lease = self.gpuqueue_lease
         self._gpuqueue_stopping = False
         try:
-            return await super().start()
+            url = await super().start()
         except BaseException:
             await self._gpuqueue_release(lease, "start failed")
             raise
+        if lease is not None and self.gpuqueue_lease_watch_interval > 0:
+            self._gpuqueue_watch_task = asyncio.ensure_future(self._gpuqueue_watch(lease))
+        return url
 
     async def stop(self, now: bool = False):
         # Spawners call poll() and clear_state() inside stop(): hold on to the lease here. A stop
@@ -161,8 +171,42 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         # and a poll that finds the server gone releases it.
         lease = self.gpuqueue_lease
         self._gpuqueue_stopping = True
+        watch, self._gpuqueue_watch_task = self._gpuqueue_watch_task, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
         await super().stop(now=now)
         await self._gpuqueue_release(lease, "server stopped")
+
+    async def _gpuqueue_watch(self, lease: HubLease) -> None:
+        """While the server runs: stop it when its lease ends (see the class docstring)."""
+        interval = self.gpuqueue_lease_watch_interval
+        while not lease.done and not self._gpuqueue_stopping:
+            try:
+                w = await lease.refresh()
+            except GpuQueueSpawnError as e:
+                self.log.warning("gpuqueue: cannot check the lease of %s: %s", self._log_name, e)
+                await asyncio.sleep(interval)
+                continue
+            if lease.done or self._gpuqueue_stopping:
+                return
+            if w is None or w.get("state") != "Running":
+                why = (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
+                break
+            end = lease_end(w)
+            left = end - time.time() if end is not None else math.inf
+            if left <= 0:
+                why = "its preemption grace period is over" if w.get("evictionDeadline") else "its maximum lease time is over"
+                break
+            await asyncio.sleep(min(interval, left))
+        else:
+            return
+        if self._gpuqueue_stopping:
+            return
+        self.log.info("gpuqueue: the GPU lease of %s ends (%s): stopping the server", self._log_name, why)
+        lease.done = True  # the queue releases it; the hub's next poll finds the server stopped
+        lease._drop_token()
+        self._gpuqueue_watch_task = None
+        await super().stop(now=True)
 
     async def poll(self):
         lease = self.gpuqueue_lease

@@ -50,6 +50,8 @@ c.QueuedLocalSpawner.gpuqueue_url = (
 )
 c.QueuedLocalSpawner.gpuqueue_max_runtime_seconds = 8 * 3600  # a notebook lease lasts a working day
 c.QueuedLocalSpawner.gpuqueue_admission_timeout = 0  # wait until admitted or cancelled
-# How often the hub checks that a server's lease still holds (a preempted lease ends after its
-# grace period; the server is then stopped at the next poll).
+# A running server's lease is looked at every 10 s; a preempted lease ends after its grace period
+# and the server is stopped at that moment (its GPU goes to the preempting job then).
+c.QueuedLocalSpawner.gpuqueue_lease_watch_interval = 10
+# How often the hub checks that servers still run (and finds a stopped one gone).
 c.QueuedLocalSpawner.poll_interval = 30

@@ -48,7 +48,10 @@ GRACE = 4  # seconds of warning before a preempted notebook lease is released
 
 EXTRA_CONFIG = f"""
 c.QueuedLocalSpawner.gpuqueue_poll_interval = 0.5
-c.QueuedLocalSpawner.poll_interval = 1  # the hub checks servers (and their leases) every second
+c.QueuedLocalSpawner.gpuqueue_lease_watch_interval = 0.5
+# The hub's own check of its servers: slower than a lease's grace period, so that a server stopped
+# right at its lease's end was stopped by the spawner's watch, not by the hub's poll.
+c.QueuedLocalSpawner.poll_interval = 15
 for service in c.JupyterHub.services:
     if service["name"] == "gpuqueue":
         service["command"].append("--GpuQueueApp.lease_preemption_grace_seconds={GRACE}")
@@ -236,15 +239,20 @@ def test_preempted_notebook_lease_is_warned_then_released_and_its_server_stopped
     assert qhub.queue("GET", "workloads/team-a/urgent", alice).json()["state"] == "Pending"
     assert qhub.api("GET", "users/alice").json()["servers"][""]["ready"]
 
-    # After the grace period: the lease ends, the urgent job runs, the hub stops the server.
+    # After the grace period: the lease ends, the urgent job runs, and the spawner stops the server
+    # at that moment (its lease watch), not at the hub's next poll (15 s here): no two users share
+    # the GPU.
     done = _wait(lambda: (lambda w: w if w["state"] == "Failed" else None)(qhub.queue("GET", path, alice).json()),
                  GRACE + 15, "the lease was not released", qhub)
     assert done["reason"] == "Preempted" and done["finishedAt"] == pytest.approx(warned["evictionDeadline"], abs=0.01)
+    _wait(lambda: qhub.request("GET", "user/alice/api/status", alice).status_code != 200, 5,
+          "alice's server still answers after its lease ended", qhub)
+    assert time.time() - warned["evictionDeadline"] < 6
+    assert "GPU lease of alice ends (" in qhub.log_tail(200)  # the spawner's watch ("ended": a poll)
     _wait(lambda: qhub.queue("GET", "workloads/team-a/urgent", alice).json()["state"] in ("Running", "Succeeded"),
           20, "the urgent job did not start", qhub)
-    _wait(lambda: not (qhub.api("GET", "users/alice").json().get("servers") or {}).get(""), 20,
-          "alice's server was not stopped after its lease ended", qhub)
-    assert "GPU lease of alice" in qhub.log_tail(200)
+    _wait(lambda: not (qhub.api("GET", "users/alice").json().get("servers") or {}).get(""), 30,
+          "the hub did not notice that alice's server stopped", qhub)
     assert qhub.queue("DELETE", "workloads/team-b/b-holder", bob).status_code == 200
 
 
