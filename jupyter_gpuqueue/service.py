@@ -1546,7 +1546,26 @@ class QueueService(CostsMixin):
         return self._view(rec)
 
     def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:
-        """The job's output from byte ``offset``, at most ``limit`` bytes. Only the owner may read it."""
+        """The job's output from byte ``offset``, at most ``limit`` bytes (at most 4 MiB):
+        ``{"text", "offset", "nextOffset", "eof", "size"}``. Only the owner may read it
+        (Forbidden); ValidationError names ``offset`` / ``limit``. A local job's log file is read
+        here; a Kubernetes job's Pod log is read from the API server (the backend's
+        ``read_log``), which :meth:`read_log_async` does off the event loop."""
+        rec, run, offset, limit = self._log_request(namespace, name, user, offset, limit)
+        return self._log_answer(rec, offset, *self._read_log_bytes(run, rec["uid"], offset, limit))
+
+    async def read_log_async(self, namespace: str, name: str, *, user: str, offset: int = 0,
+                             limit: int = 1 << 20) -> dict:
+        """:meth:`read_log` for the REST API: a Pod log is fetched in a worker thread."""
+        rec, run, offset, limit = self._log_request(namespace, name, user, offset, limit)
+        if run is not None and not run.log_path and getattr(self.backend, "read_log", None) is not None:
+            read = await asyncio.get_running_loop().run_in_executor(
+                None, self._read_log_bytes, run, rec["uid"], offset, limit)
+        else:
+            read = self._read_log_bytes(run, rec["uid"], offset, limit)
+        return self._log_answer(rec, offset, *read)
+
+    def _log_request(self, namespace: str, name: str, user: str, offset: int, limit: int):
         rec = self._record(namespace, name)
         if rec["owner"] != user:
             raise Forbidden(f"only the owner may read the logs of {namespace}/{name}", "name")
@@ -1554,19 +1573,34 @@ class QueueService(CostsMixin):
             raise ValidationError("must be ≥ 0", "offset")
         if limit <= 0:
             raise ValidationError("must be > 0", "limit")
-        limit = min(limit, 4 << 20)
-        run = rec.get("run")
-        path = RunInfo.from_json(run).log_path if run else None
-        text, size, next_offset = "", 0, offset
-        if path and os.path.exists(path):
-            size = os.path.getsize(path)
-            with open(path, "rb") as f:
-                f.seek(min(offset, size))
-                data = f.read(limit)
-            next_offset = min(offset, size) + len(data)
-            text = data.decode("utf-8", errors="replace")
-        eof = rec["state"] in FINISHED_STATES and next_offset >= size
-        return {"text": text, "offset": offset, "nextOffset": next_offset, "eof": eof, "size": size}
+        run = RunInfo.from_json(rec["run"]) if rec.get("run") else None
+        return rec, run, offset, min(limit, 4 << 20)
+
+    def _read_log_bytes(self, run: Optional[RunInfo], uid: str, offset: int, limit: int) -> tuple[bytes, int, int, bool]:
+        """``(data, start, size, more)``: the bytes read from ``start`` (``offset``, or the end
+        of a shorter log), the log's size known so far, and whether more is known to follow."""
+        if run is None:
+            return b"", offset, 0, False
+        if run.log_path:
+            if not os.path.exists(run.log_path):
+                return b"", offset, 0, False
+            size = os.path.getsize(run.log_path)
+            start = min(offset, size)
+            with open(run.log_path, "rb") as f:
+                f.seek(start)
+                return f.read(limit), start, size, False
+        read_remote = getattr(self.backend, "read_log", None)  # a cluster backend: the Pod's log
+        if read_remote is None:
+            return b"", offset, 0, False
+        data, size, more = read_remote(uid, offset, limit)
+        return data, (offset if data else min(offset, size)), size, more
+
+    @staticmethod
+    def _log_answer(rec: dict, offset: int, data: bytes, start: int, size: int, more: bool) -> dict:
+        next_offset = start + len(data)
+        eof = rec["state"] in FINISHED_STATES and not more and next_offset >= size
+        return {"text": data.decode("utf-8", errors="replace"), "offset": offset, "nextOffset": next_offset,
+                "eof": eof, "size": size}
 
     def estimate(self, request: dict, *, user: str) -> dict:
         """Cost estimate of a SubmitRequest before submitting: requested GPU-hours × price per hour of

@@ -128,7 +128,7 @@ class KubeClient:
                            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
                            _request_timeout=timeout)
 
-    def _once(self, method: str, path: str, query, body, content_type) -> dict:
+    def _once(self, method: str, path: str, query, body, content_type, raw: bool = False) -> Any:
         try:
             resp = self._send(method, path, query, body, content_type, self.request_timeout)
         except KubeApiError:
@@ -148,16 +148,19 @@ class KubeClient:
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
         if not 200 <= resp.status <= 299:
             raise _status_error(resp.status, text)
+        if raw:
+            return data if isinstance(data, bytes) else text.encode("utf-8")
         return json.loads(text) if text.strip() else {}
 
     def request(self, method: str, path: str, *, query: Optional[list] = None, body: Any = None,
-                content_type: Optional[str] = None, attempts: Optional[int] = None) -> dict:
+                content_type: Optional[str] = None, attempts: Optional[int] = None, raw: bool = False) -> Any:
         """One API call, retried on 429 / 5xx / no answer with exponential backoff and jitter.
-        Returns the decoded JSON body. Raises KubeApiError (the last one when retries run out)."""
+        Returns the decoded JSON body (``raw``: the body's bytes, e.g. a Pod's log). Raises
+        KubeApiError (the last one when retries run out)."""
         n = self.attempts if attempts is None else max(1, attempts)
         for i in range(n):
             try:
-                return self._once(method, path, query, body, content_type)
+                return self._once(method, path, query, body, content_type, raw)
             except KubeApiError as err:
                 if not err.retryable or i == n - 1:
                     raise

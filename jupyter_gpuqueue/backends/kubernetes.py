@@ -574,3 +574,31 @@ class KubernetesBackend:
 
     def running(self) -> list[str]:
         return list(self._runs)
+
+    # -- logs ---------------------------------------------------------------------------------------
+    def read_log(self, uid: str, offset: int, limit: int) -> tuple[bytes, int, bool]:
+        """Output of run ``uid`` from byte ``offset``, at most ``limit`` bytes, read from the API
+        server (``GET …/pods/{name}/log?limitBytes=``; a Pod log has no byte offset, so the first
+        ``offset + limit + 1`` bytes are read and cut). The Pod is the run's newest one (a Job
+        that retried has one per attempt; of a gang's Pods, the one created last). Returns
+        ``(data, size, more)``: ``size`` the bytes known so far, ``more`` whether the log goes on
+        beyond them. No Pod yet (or gone), or its container not started: ``(b"", 0, False)``.
+        Called off the event loop (a request to the API server). Raises GpuQueueError for any
+        other API error."""
+        pods = self._pods_by_uid().get(uid) or []
+        if not pods:
+            return b"", 0, False
+        pod = max(pods, key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",
+                                        (p.get("metadata") or {}).get("name") or ""))
+        meta = pod.get("metadata") or {}
+        path = path_for(*PODS, namespace=meta.get("namespace"), name=meta.get("name"), subresource="log")
+        want = offset + limit + 1
+        try:
+            data = self.client.request("GET", path, query=[("limitBytes", str(want))], raw=True)
+        except KubeApiError as err:
+            if err.status in (400, 404):  # container waiting to start; Pod gone
+                return b"", 0, False
+            raise GpuQueueError(f"cannot read the log of Pod {meta.get('name')}: {err.field_message()}", None) from None
+        more = len(data) >= want
+        data = data[:offset + limit] if more else data
+        return data[offset:], len(data), more

@@ -375,7 +375,7 @@ class WorkloadLogsHandler(GpuQueueHandler):
         offset = self.int_argument("offset", 0)
         limit = self.int_argument("limit", 1 << 20, minimum=1)
         self.write_json(
-            self.service.read_log(namespace, name, user=self.user, offset=offset, limit=limit)
+            await self.service.read_log_async(namespace, name, user=self.user, offset=offset, limit=limit)
         )
 
 

@@ -217,6 +217,7 @@ class FakeCluster:
         self.requests: list[tuple[str, str, dict]] = []
         self.received: list[dict] = []  # every object body POSTed / PUT / PATCHed (after patching)
         self.job_counts: dict[str, dict[str, set]] = {}
+        self.pod_logs: dict[tuple[str, str], bytes] = {}  # (namespace, pod) -> what its container wrote
         self.kueue = kueue
         self.kueue_flavor_labels: dict[str, dict[str, str]] = {}  # ResourceFlavor nodeLabels
         self.kueue_flavor_tolerations: dict[str, list[dict]] = {}  # ResourceFlavor tolerations
@@ -625,6 +626,35 @@ class FakeCluster:
                 self.put(("", "pods"), pod)
                 n += 1
         return n
+
+    def write_job_log(self, namespace: str, job_name: str, text: str) -> str:
+        """The container of Job ``job_name``'s newest pod writes ``text`` (appended to that pod's
+        log, served by ``GET …/pods/{name}/log``); returns the pod's name."""
+        with self.lock:
+            job = self.get(("batch", "jobs"), namespace, job_name)
+            pods = self._job_pods(job) if job is not None else []
+            if not pods:
+                raise AssertionError(f"Job {namespace}/{job_name} has no pod")
+            pod = max(pods, key=lambda p: (p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+            key = (namespace, pod["metadata"]["name"])
+            self.pod_logs[key] = self.pod_logs.get(key, b"") + text.encode("utf-8")
+            return pod["metadata"]["name"]
+
+    def pod_log(self, namespace: str, name: str, q: dict) -> bytes:
+        """``GET …/pods/{name}/log`` as the API server answers it: 404 for a missing pod, 400 while
+        its container has not started (phase Pending), else the log, cut at ``limitBytes``."""
+        self._check_rbac("get", ("", "pods/log"), namespace)
+        pod = self.get(("", "pods"), namespace, name)
+        if pod is None:
+            raise self._not_found(("", "pods"), name)
+        if pod.get("status", {}).get("phase", "Pending") == "Pending":
+            container = (pod["spec"].get("containers") or [{}])[0].get("name", "main")
+            raise ApiError(400, "BadRequest",
+                           f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating')
+        data = self.pod_logs.get((namespace, name), b"")
+        if "limitBytes" in q:
+            data = data[:int(q["limitBytes"])]
+        return data
 
     def set_waiting(self, namespace: str, job_name: str, reason: str, message: str) -> None:
         """A container of the Job's pods cannot start (e.g. ImagePullBackOff)."""
@@ -1118,6 +1148,15 @@ class _Handler(BaseHTTPRequestHandler):
             if res not in RESOURCES or version not in RESOURCES[res][0]:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             namespaced = RESOURCES[res][2]
+            if method == "GET" and res == ("", "pods") and name and sub == "log":
+                with c.lock:
+                    data = c.pod_log(ns or "", name, q)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if method == "GET" and name is None:
                 if q.get("watch") in ("true", "1"):
                     return self._watch(res, ns, q)

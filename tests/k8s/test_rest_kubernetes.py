@@ -54,8 +54,8 @@ def gpuqueue_config(tmp_path, monkeypatch, fake_cluster):
     }
 
 
-async def _get(jp_fetch, *parts):
-    resp = await jp_fetch(*API, *parts, method="GET")
+async def _get(jp_fetch, *parts, params=None):
+    resp = await jp_fetch(*API, *parts, method="GET", params=params)
     return json.loads(resp.body)
 
 
@@ -86,6 +86,32 @@ async def test_rest_submission_runs_as_a_kubernetes_job(jp_fetch, started, fake_
     assert done["exitCode"] == 0 and done["costUsd"] > 0
     assert done["admission"]["podSetAssignments"][0]["flavors"] == {"nvidia.com/gpu": "a100"}
     assert cluster.schema_errors == []
+
+
+async def test_a_kubernetes_jobs_output_is_its_pods_log(jp_fetch, started, fake_cluster):
+    """``GET workloads/{ns}/{name}/logs`` of a Kubernetes job reads its Pod's log from the API
+    server (``…/pods/{pod}/log``), in pieces (offset, limit), as the panel follows a local job's
+    file; empty while the container waits to start; eof once the job ended and all was read."""
+    cluster, _ = fake_cluster
+    resp = await jp_fetch(*API, "workloads", method="POST", body=json.dumps(
+        {"name": "talker", "command": ["python", "train.py"], "gpus": 1}))
+    assert resp.code == 201
+    log = await _get(jp_fetch, "workloads", "team-a", "talker", "logs")
+    assert log["text"] == "" and not log["eof"]  # not started yet, or no pod: nothing, no error
+    await _wait(jp_fetch, "talker", "Running")
+    pod = cluster.write_job_log("team-a", "talker", "epoch 1 loss 0.9\n")
+    log = await _get(jp_fetch, "workloads", "team-a", "talker", "logs")
+    assert log == {"text": "epoch 1 loss 0.9\n", "offset": 0, "nextOffset": 17, "eof": False, "size": 17}
+    cluster.write_job_log("team-a", "talker", "\u00e9poch 2 loss 0.5\n" + "x" * 100)
+    part = await _get(jp_fetch, "workloads", "team-a", "talker", "logs", params={"offset": 17, "limit": 8})
+    assert part["text"] == "\u00e9poch 2" and part["nextOffset"] == 25 and not part["eof"]  # 8 bytes: é is 2
+    await asyncio.sleep(1.1)  # condition times have whole seconds
+    cluster.finish_pods("team-a", "talker", 0)
+    await _wait(jp_fetch, "talker", "Succeeded")
+    rest = await _get(jp_fetch, "workloads", "team-a", "talker", "logs", params={"offset": 25})
+    assert rest["text"] == " loss 0.5\n" + "x" * 100 and rest["eof"] and rest["nextOffset"] == rest["size"] == 135
+    assert any(m == "GET" and path.startswith(f"/api/v1/namespaces/team-a/pods/{pod}/log") and q.get("limitBytes")
+               for m, path, q in cluster.requests)
 
 
 async def test_a_gpujob_cell_runs_as_a_kubernetes_job(jp_fetch, started, fake_cluster, gpuqueue_env, tmp_path):
