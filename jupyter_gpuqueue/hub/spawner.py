@@ -179,6 +179,12 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
 
     async def _gpuqueue_watch(self, lease: HubLease) -> None:
         """While the server runs: stop it when its lease ends (see the class docstring)."""
+        try:
+            await self._gpuqueue_watch_lease(lease)
+        except Exception:  # logged: the hub's poll still checks the lease
+            self.log.exception("gpuqueue: watching the lease of %s failed", self._log_name)
+
+    async def _gpuqueue_watch_lease(self, lease: HubLease) -> None:
         interval = self.gpuqueue_lease_watch_interval
         while not lease.done and not self._gpuqueue_stopping:
             try:
@@ -205,7 +211,6 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         self.log.info("gpuqueue: the GPU lease of %s ends (%s): stopping the server", self._log_name, why)
         lease.done = True  # the queue releases it; the hub's next poll finds the server stopped
         lease._drop_token()
-        self._gpuqueue_watch_task = None
         await super().stop(now=True)
 
     async def poll(self):
@@ -230,6 +235,10 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             lease._drop_token()
             await super().stop(now=True)
             return 0
+        if self._gpuqueue_watch_task is None and self.gpuqueue_lease_watch_interval > 0:
+            # A server restored after a hub restart (load_state) was not started here: watch its
+            # lease from its first poll on.
+            self._gpuqueue_watch_task = asyncio.ensure_future(self._gpuqueue_watch(lease))
         return status
 
     async def _gpuqueue_release(self, lease: Optional[HubLease], why: str) -> None:

@@ -117,7 +117,7 @@ class MockUser:
         self.server = Server()
 
 
-def make_spawner(env, cluster_file, profile, options=None):
+def make_spawner(env, cluster_file, profile, options=None, cls=None):
     from traitlets.config import Config
 
     c = Config()
@@ -127,7 +127,8 @@ def make_spawner(env, cluster_file, profile, options=None):
     c.KubeSpawner.gpuqueue_api_token = env["GPUQUEUE_TOKEN"]
     c.KubeSpawner.gpuqueue_config_files = [cluster_file]
     c.KubeSpawner.gpuqueue_poll_interval = 0.1
-    sp = QueuedKubeSpawner(config=c, user=MockUser(), hub=Hub(), _mock=True)
+    c.KubeSpawner.gpuqueue_lease_watch_interval = 0.1
+    sp = (cls or QueuedKubeSpawner)(config=c, user=MockUser(), hub=Hub(), _mock=True)
     sp.user_options = {"profile": profile, **(options or {})}
     return sp
 
@@ -326,3 +327,40 @@ async def test_lease_survives_a_hub_restart_in_spawner_state(gpuqueue_env, clust
     assert gpuqueue_service.get_workload(w["namespace"], w["name"])["state"] == "Running"
     await restarted._gpuqueue_release(restarted.gpuqueue_lease, "stopped")  # what a successful stop does
     assert gpuqueue_service.get_workload(w["namespace"], w["name"])["state"] == "Cancelled"
+
+
+class _RunningPod:
+    """KubeSpawner's poll and stop need a cluster: here the server runs until stopped."""
+
+    stopped = False
+
+    async def poll(self):
+        return 0 if self.stopped else None
+
+    async def stop(self, now=False):
+        self.stopped = True
+
+
+class RestoredKubeSpawner(GpuQueueSpawnerMixin, _RunningPod, KubeSpawner):
+    pass
+
+
+async def test_a_restored_server_has_its_lease_watched_from_its_first_poll(gpuqueue_env, cluster_file,
+                                                                          gpuqueue_service):
+    """After a hub restart, JupyterHub polls the servers it restored (it does not start them): the
+    first poll starts the lease watch, which stops the server once the queue ends the lease (here
+    an admin cancels it), without waiting for the hub's next poll."""
+    sp, _ = await manifest_for(gpuqueue_env, cluster_file, "a100")
+    w = sp.gpuqueue_workload
+    state = json.loads(json.dumps(sp.get_state()))
+    restored = make_spawner(gpuqueue_env, cluster_file, "a100", cls=RestoredKubeSpawner)
+    restored.load_state(state)
+    assert await restored.poll() is None and restored._gpuqueue_watch_task is not None
+    gpuqueue_service.cancel(w["namespace"], w["name"], user=w["owner"])
+    for _ in range(100):
+        if restored.stopped:
+            break
+        await asyncio.sleep(0.05)
+    assert restored.stopped and restored.gpuqueue_lease.done
+    assert await restored.poll() == 0  # what the hub's next poll sees: the server is gone
+
