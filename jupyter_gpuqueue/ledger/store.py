@@ -57,6 +57,10 @@ _CHUNK = 500  # bound parameters per IN (...) clause; SQLite's historical limit 
 _INSERT_WORKLOADS = insert(WorkloadRow.__table__)
 _ROW_DEFAULTS = {**{c: None for c in WORKLOAD_COLUMNS}, "priority": 0, "reason": "", "evictions": 0}
 
+# find_workload's statement, built once (a submission's name check runs it).
+_FIND_WORKLOAD = select(WorkloadRow.__table__).where(
+    WorkloadRow.__table__.c.namespace == bindparam("b_ns"), WorkloadRow.__table__.c.name == bindparam("b_name"))
+
 # admit_workloads' statements, built once.
 _ADMIT = (update(WorkloadRow.__table__).where(WorkloadRow.__table__.c.uid == bindparam("b_uid"))
           .values(state="Admitted", admission=bindparam("b_admission"), admitted_at=bindparam("b_admitted_at"),
@@ -431,11 +435,7 @@ class Ledger:
     def find_workload(self, namespace: str, name: str) -> Optional[dict]:
         """The workload ``namespace/name`` as a dict, or None."""
         with self._scope() as s:
-            r = s.execute(
-                select(WorkloadRow.__table__).where(
-                    WorkloadRow.namespace == namespace, WorkloadRow.name == name
-                )
-            ).first()
+            r = s.connection().execute(_FIND_WORKLOAD, {"b_ns": namespace, "b_name": name}).first()
             return None if r is None else self._row(r)
 
     def list_workloads(
