@@ -1140,6 +1140,13 @@ class QueueService(CostsMixin):
         kind = request.get("kind") or "Job"
         if kind not in ("Job", LEASE_KIND):
             raise ValidationError(f"must be 'Job' or '{LEASE_KIND}', got {kind!r}", "kind")
+        if kind == LEASE_KIND and self.delegated:
+            # Kueue admits here, and a lease has no Job for Kueue to admit: it would stay Pending
+            # forever (a spawn waiting to its timeout). docs/kubernetes.md, "The Kueue mode".
+            raise ValidationError(
+                f"a {LEASE_KIND} needs the queue's own admission (backend 'local' or 'kubernetes'); with "
+                "backend 'kueue', Kueue admits notebook pods itself: label them with kueue.x-k8s.io/queue-name "
+                "(Kueue's pod integration) instead of queueing them here", "kind")
         pc_request = request.get("priorityClass")
         if kind == LEASE_KIND and pc_request in (None, ""):
             pc_request = self.lease_priority_class

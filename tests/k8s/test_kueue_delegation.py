@@ -148,3 +148,16 @@ def test_without_the_visibility_api_positions_are_unknown(make_service, kueue):
     assert "forbidden" in svc.k8s.visibility_error
     v = rec_of(svc, "v1")
     assert v["state"] == PENDING and v["positionInLocalQueue"] is None
+
+
+def test_a_notebook_lease_is_refused_when_kueue_admits(make_service, kueue):
+    """A NotebookLease has no Job for Kueue to admit: in the Kueue mode it is refused at once,
+    naming ``kind`` (a spawn would otherwise wait for an admission that never comes)."""
+    from jupyter_gpuqueue.errors import ValidationError
+
+    svc = make_service("kueue")
+    with pytest.raises(ValidationError) as err:
+        svc.submit({"name": "nb", "kind": "NotebookLease", "gpus": 1}, user="alice")
+    assert err.value.field == "kind" and "Kueue admits notebook pods itself" in err.value.message
+    assert svc.list_workloads() == [] and kueue.list(("batch", "jobs"), "team-a") == []
+
