@@ -36,45 +36,23 @@ DEFAULT_COMMAND = ("sleep", "600")
 
 async def _client(session, api: str, headers: dict, jobs: list, counter: list, command: list[str],
                   acks: dict, latencies: list, errors: list, t0: float, batch: int = 1) -> None:
-    import aiohttp
-
     while True:
         i = counter[0]
         if i >= len(jobs):
             return
-        if batch > 1:
-            counter[0] = j = min(len(jobs), i + batch)
-            await _batch(session, api, headers, jobs, range(i, j), command, acks, latencies, errors, t0)
-            continue
-        counter[0] = i + 1
-        body = json.dumps(stream.submit_request(jobs[i], command))
-        start = time.perf_counter()
-        try:
-            async with session.post(api + "workloads", data=body, headers=headers) as r:
-                text = await r.text()
-                status = r.status
-        except aiohttp.ClientError as exc:
-            errors.append((i, None, repr(exc)))
-            continue
-        end = time.perf_counter()
-        if status != 201:
-            errors.append((i, status, text[:300]))
-            continue
-        wl = json.loads(text)
-        if i in acks:
-            errors.append((i, status, "acknowledged twice"))
-        acks[i] = (wl["uid"], wl["namespace"], wl["name"], wl["state"], wl.get("positionInClusterQueue"),
-                   end - t0)
-        latencies.append(end - start)
+        counter[0] = j = min(len(jobs), i + max(1, batch))
+        await _post(session, api, headers, jobs, range(i, j), command, acks, latencies, errors, t0, batch > 1)
 
 
-async def _batch(session, api: str, headers: dict, jobs: list, indices: range, command: list[str],
-                 acks: dict, latencies: list, errors: list, t0: float) -> None:
-    """One SubmitBatch request of the jobs ``indices``; each item's acknowledgement is recorded
-    with the request's latency."""
+async def _post(session, api: str, headers: dict, jobs: list, indices: range, command: list[str],
+                acks: dict, latencies: list, errors: list, t0: float, as_batch: bool) -> None:
+    """One ``POST workloads`` of the jobs ``indices``: a SubmitBatch (``as_batch``) or a single
+    SubmitRequest. Each acknowledgement is recorded with the request's latency; errors name the
+    job index."""
     import aiohttp
 
-    body = json.dumps({"items": [stream.submit_request(jobs[i], command) for i in indices]})
+    reqs = [stream.submit_request(jobs[i], command) for i in indices]
+    body = json.dumps({"items": reqs} if as_batch else reqs[0])
     start = time.perf_counter()
     try:
         async with session.post(api + "workloads", data=body, headers=headers) as r:
@@ -87,7 +65,7 @@ async def _batch(session, api: str, headers: dict, jobs: list, indices: range, c
     if status != 201:
         errors.extend((i, status, text[:300]) for i in indices)
         return
-    items = json.loads(text)["items"]
+    items = json.loads(text)["items"] if as_batch else [json.loads(text)]
     if len(items) != len(indices):
         errors.append((indices[0], status, f"{len(items)} acknowledgements for {len(indices)} submissions"))
     for i, wl in zip(indices, items):

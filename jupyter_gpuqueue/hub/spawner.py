@@ -161,8 +161,8 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         except BaseException:
             await self._gpuqueue_release(lease, "start failed")
             raise
-        if lease is not None and self.gpuqueue_lease_watch_interval > 0:
-            self._gpuqueue_watch_task = asyncio.ensure_future(self._gpuqueue_watch(lease))
+        if lease is not None:
+            self._gpuqueue_start_watch(lease)
         return url
 
     async def stop(self, now: bool = False):
@@ -176,6 +176,11 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             watch.cancel()
         await super().stop(now=now)
         await self._gpuqueue_release(lease, "server stopped")
+
+    def _gpuqueue_start_watch(self, lease: HubLease) -> None:
+        """Watch ``lease`` while the server runs (once; not with a watch interval of 0)."""
+        if self._gpuqueue_watch_task is None and self.gpuqueue_lease_watch_interval > 0:
+            self._gpuqueue_watch_task = asyncio.ensure_future(self._gpuqueue_watch(lease))
 
     async def _gpuqueue_watch(self, lease: HubLease) -> None:
         """While the server runs: stop it when its lease ends (see the class docstring)."""
@@ -235,10 +240,9 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             lease._drop_token()
             await super().stop(now=True)
             return 0
-        if self._gpuqueue_watch_task is None and self.gpuqueue_lease_watch_interval > 0:
-            # A server restored after a hub restart (load_state) was not started here: watch its
-            # lease from its first poll on.
-            self._gpuqueue_watch_task = asyncio.ensure_future(self._gpuqueue_watch(lease))
+        # A server restored after a hub restart (load_state) was not started here: its lease is
+        # watched from its first poll on.
+        self._gpuqueue_start_watch(lease)
         return status
 
     async def _gpuqueue_release(self, lease: Optional[HubLease], why: str) -> None:
