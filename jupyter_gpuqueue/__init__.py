@@ -7,7 +7,7 @@ Entry points:
 - ``load_ipython_extension``: ``%load_ext jupyter_gpuqueue`` registers ``%gpujob`` / ``%%gpujob``.
 """
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def _jupyter_labextension_paths():

@@ -1939,7 +1939,7 @@ def _pod_template(doc: dict) -> dict:
 
 
 def _version() -> str:
-    from . import __version__
+    from .version import __version__
 
     return __version__
 

@@ -19,7 +19,7 @@ from typing import TextIO
 
 def add_bench_parser(sub, server_parent) -> None:
     """Add ``bench`` with its three benchmarks to the ``jupyter gpuqueue`` subparsers ``sub``."""
-    from ..cli import ArgumentParser, positive_int
+    from ..cli.args import ArgumentParser, positive_int
 
     p = sub.add_parser(
         "bench",

@@ -23,22 +23,20 @@ Switched on by a Kueue Configuration document (``fairSharing: {enable: true}``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
 from .model import ClusterQueue, Workload
-from .preemption import (
+from .preemption_common import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_FAIR_SHARING,
-    Preemptor,
+    AdmittedState,
     Target,
     add_usage,
+    fill_back,
     remove_usage,
     workload_fits,
 )
 from .quota import FlavorResource, QuotaNode
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import Scheduler, _Entry
 
 LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
 LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
@@ -80,7 +78,7 @@ def weighted_share(share: Share) -> float:
 class FairSharing:
     """DRS lookups over a Scheduler's quota tree with the configured weights."""
 
-    def __init__(self, sched: "Scheduler"):
+    def __init__(self, sched: AdmittedState):
         self.sched = sched
 
     def weight(self, node: QuotaNode) -> float:
@@ -95,8 +93,9 @@ class FairSharing:
         return dominant_resource_share(node, self.weight(node), req)
 
     # -- the tournament ---------------------------------------------------------------------------
-    def pick(self, entries: list["_Entry"]) -> "_Entry":
-        """The next entry to process among ``entries`` (Kueue fairSharingIterator.pop)."""
+    def pick(self, entries: list):
+        """The next entry to process among ``entries`` (Kueue fairSharingIterator.pop): the
+        scheduler's cycle entries, each with its ``wl``, ``cq`` and flavor ``assignment``."""
         s = self.sched
         first = entries[0]
         node = s.tree.cluster_queues[first.cq.name]
@@ -146,7 +145,7 @@ class FairSharing:
 
 
 def fair_preemptions(
-    sched: "Scheduler",
+    sched: AdmittedState,
     wl: Workload,
     cq: ClusterQueue,
     req: dict[FlavorResource, int],
@@ -222,7 +221,7 @@ def fair_preemptions(
                 ordering.drop(target)  # S2-b applies at most once per ClusterQueue
     finally:
         remove_usage(pre, req)
-    return Preemptor._fill_back(removed, fits, req, pre, True)
+    return fill_back(removed, fits, req, pre, True)
 
 
 def _almost_lcas(a: QuotaNode, b: QuotaNode) -> tuple[QuotaNode, QuotaNode]:
@@ -246,7 +245,7 @@ class _TargetOrdering:
     borrowing unless on the preemptor's path. Iterating yields target ClusterQueue nodes; between two
     of them a candidate must be popped or the queue dropped."""
 
-    def __init__(self, sched: "Scheduler", fs: FairSharing, pre: QuotaNode, candidates: Iterable[str]):
+    def __init__(self, sched: AdmittedState, fs: FairSharing, pre: QuotaNode, candidates: Iterable[str]):
         self.fs = fs
         self.pre = pre
         self.ancestors = {id(n) for n in pre.path_to_root() if n is not pre}

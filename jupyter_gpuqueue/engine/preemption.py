@@ -24,80 +24,26 @@ restored before returning.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Optional
 
 from .model import ANY, LOWER_OR_NEWER_EQUAL_PRIORITY, LOWER_PRIORITY, NEVER, ClusterQueue, Workload
+from .preemption_common import (  # noqa: F401 (re-exported: the names preemption is known by)
+    HUMAN_REASONS,
+    IN_CLUSTER_QUEUE,
+    IN_COHORT_FAIR_SHARING,
+    IN_COHORT_RECLAIM_WHILE_BORROWING,
+    IN_COHORT_RECLAMATION,
+    AdmittedState,
+    Target,
+    add_usage,
+    cq_is_borrowing,
+    fill_back,
+    queue_under_nominal,
+    remove_usage,
+    workload_fits,
+    workload_usage,
+)
 from .quota import FlavorResource, QuotaNode
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .scheduler import Scheduler
-
-IN_CLUSTER_QUEUE = "InClusterQueue"
-IN_COHORT_RECLAMATION = "InCohortReclamation"
-IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
-IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
-
-HUMAN_REASONS = {
-    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
-    IN_COHORT_RECLAMATION: "reclamation within the cohort",
-    IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
-    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
-}
-
-
-@dataclass(slots=True)
-class Target:
-    """A workload to evict (``key``), from ClusterQueue ``cluster_queue``, and why (Kueue reasons)."""
-
-    key: str
-    cluster_queue: str
-    reason: str
-
-
-def workload_usage(wl: Workload) -> dict[FlavorResource, int]:
-    """An admitted workload's quota usage per (flavor, resource)."""
-    out: dict[FlavorResource, int] = {}
-    for psa in wl.admission.pod_set_assignments:
-        for r, f in psa.flavors.items():
-            q = psa.resource_usage.get(r, 0)
-            if q:
-                out[(f, r)] = out.get((f, r), 0) + q
-    return out
-
-
-def remove_usage(node: QuotaNode, usage: dict[FlavorResource, int]) -> None:
-    for fr, q in usage.items():
-        node.remove_usage(fr, q)
-
-
-def add_usage(node: QuotaNode, usage: dict[FlavorResource, int]) -> None:
-    for fr, q in usage.items():
-        node.add_usage(fr, q)
-
-
-def cq_is_borrowing(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
-    """Kueue ``cqIsBorrowing``: in a cohort and above its quota on one of ``frs``."""
-    if node.parent is None:
-        return False
-    return any(node.usage.get(fr, 0) > node.subtree_quota.get(fr, 0) for fr in frs)
-
-
-def workload_fits(req: dict[FlavorResource, int], node: QuotaNode, allow_borrowing: bool) -> bool:
-    """Kueue ``workloadFits``: ``req`` fits the ClusterQueue's available quota (and, without
-    borrowing, its own quota)."""
-    for fr, v in req.items():
-        if not allow_borrowing and node.borrowing_with(fr, v):
-            return False
-        if v > node.available(fr):
-            return False
-    return True
-
-
-def queue_under_nominal(node: QuotaNode, frs: Iterable[FlavorResource]) -> bool:
-    """Kueue ``queueUnderNominalInResourcesNeedingPreemption``."""
-    return all(node.usage.get(fr, 0) < node.nominal.get(fr, 0) for fr in frs)
-
 
 _WITHIN_CQ = "WithinCQ"
 _HIERARCHICAL_RECLAIM = "HierarchicalReclaim"
@@ -135,7 +81,7 @@ def _fit_in_quota(node: QuotaNode, req: dict) -> tuple[bool, dict]:
 class Preemptor:
     """Finds preemption targets over a Scheduler's live state (classical policy)."""
 
-    def __init__(self, sched: "Scheduler"):
+    def __init__(self, sched: AdmittedState):
         self.sched = sched
 
     # -- candidates --------------------------------------------------------------------------------
@@ -200,30 +146,13 @@ class Preemptor:
 
         return sorted(keys, key=sort_key)
 
-    # -- targets -----------------------------------------------------------------------------------
-    def get_targets(
-        self,
-        wl: Workload,
-        cq: ClusterQueue,
-        req: dict[FlavorResource, int],
-        frs: set[FlavorResource],
-        now: float,
-    ) -> list[Target]:
-        """The minimal set of admitted workloads to evict for ``wl`` (request ``req`` per
-        (flavor, resource), of which ``frs`` need preemption). Empty: preemption cannot help."""
-        s = self.sched
-        if s.config.fair_sharing.enable:
-            candidates = self.find_candidates(wl, cq, frs)
-            if not candidates:
-                return []
-            from .fairsharing import fair_preemptions
-
-            return fair_preemptions(s, wl, cq, req, frs, self.candidates_ordering(candidates, cq.name, now))
-        return self.classical_preemptions(wl, cq, req, frs, now)
-
     # -- classical (Kueue classical_strategy.go, classical/candidate_generator.go,
     #    classical/hierarchical_preemption.go) ------------------------------------------------------
     def classical_preemptions(self, wl, cq, req, frs, now) -> list[Target]:
+        """The minimal set of admitted workloads to evict for ``wl`` (request ``req`` per
+        (flavor, resource), of which ``frs`` need preemption). Empty: preemption cannot help.
+        (With fair sharing on, the scheduler asks ``fairsharing.fair_preemptions`` instead, over
+        :meth:`find_candidates` in :meth:`candidates_ordering`.)"""
         s = self.sched
         node = s.tree.cluster_queues[cq.name]
         same, hierarchy, priority = self._classify(wl, cq, node, req, frs)
@@ -370,25 +299,4 @@ class Preemptor:
             if workload_fits(req, node, allow_borrowing):
                 fits = True
                 break
-        return self._fill_back(removed, fits, req, node, allow_borrowing)
-
-    @staticmethod
-    def _fill_back(removed, fits, req, node, allow_borrowing) -> list[Target]:
-        if not fits:
-            for _, n, u in removed:
-                add_usage(n, u)
-            return []
-        keep = [True] * len(removed)
-        for i in range(len(removed) - 2, -1, -1):
-            t, n, u = removed[i]
-            add_usage(n, u)
-            if workload_fits(req, node, allow_borrowing):
-                keep[i] = False  # not needed: it stays admitted
-            else:
-                remove_usage(n, u)
-        targets = []
-        for (t, n, u), k in zip(removed, keep):
-            if k:
-                add_usage(n, u)
-                targets.append(t)
-        return targets
+        return fill_back(removed, fits, req, node, allow_borrowing)

@@ -54,7 +54,7 @@ from .model import (
     PodSetAssignment,
     Workload,
 )
-from .fairsharing import FairSharing
+from .fairsharing import FairSharing, fair_preemptions
 from .placement import DeviceAllocator, device_flavors
 from .preemption import Preemptor, Target, add_usage, remove_usage, workload_usage
 from .queues import ClusterQueueQueue
@@ -544,7 +544,13 @@ class Scheduler:
             # (flavor, resource): compute it once per nomination.
             k = (tuple(sorted(req.items())), tuple(sorted(frs)))
             if k not in memo:
-                memo[k] = self.preemptor.get_targets(wl, cq, req, frs, now)
+                pre = self.preemptor
+                if not self.config.fair_sharing.enable:
+                    memo[k] = pre.classical_preemptions(wl, cq, req, frs, now)
+                else:  # Kueue fairPreemptionStrategy over the same candidates, in the same order
+                    candidates = pre.find_candidates(wl, cq, frs)
+                    memo[k] = fair_preemptions(self, wl, cq, req, frs, pre.candidates_ordering(
+                        candidates, cq.name, now)) if candidates else []
             return memo[k]
 
         def oracle(fr: FlavorResource, val: int) -> tuple[int, int]:

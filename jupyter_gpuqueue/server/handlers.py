@@ -14,10 +14,8 @@ inventory, prices, openapi) need only access to the service.
 
 from __future__ import annotations
 
-import functools
 import getpass
 import json
-import os
 from typing import Any, Optional
 
 import yaml
@@ -31,6 +29,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..errors import GpuQueueError, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
+from .openapi import OPENAPI_PATH, openapi_json, openapi_text  # noqa: F401 (OPENAPI_PATH: tests)
 from .scopes import ADMIN_SCOPE, SUBMIT_SCOPE, has_scope, require_scope
 from .validation import check_body
 
@@ -50,7 +49,6 @@ SUBMIT_LIMITER_KEY = "gpuqueue_submit_limiter"  # a ratelimit.TokenBucketLimiter
 INT64_MAX = 2**63 - 1  # the largest query integer accepted (SQLite's INTEGER)
 WORKLOAD_STATES = ("Pending", "Admitted", "Running", "Succeeded", "Failed", "Cancelled")
 YAML_CONTENT_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
-OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
 
 # Identity providers of a single-user server: one shared token or password, so every client that
 # authenticates is the person who started the server. jupyter_server gives each token-only client
@@ -412,19 +410,6 @@ class PricesHandler(GpuQueueHandler):
     async def get(self):
         """USD per GPU-hour per ResourceFlavor."""
         self.write_json(self.service.prices_view())
-
-
-@functools.lru_cache(maxsize=1)
-def openapi_text() -> str:
-    """The OpenAPI 3 document (YAML text) shipped with the package."""
-    with open(OPENAPI_PATH, encoding="utf-8") as f:
-        return f.read()
-
-
-@functools.lru_cache(maxsize=1)
-def openapi_json() -> str:
-    """The OpenAPI 3 document as JSON text."""
-    return json.dumps(yaml.safe_load(openapi_text()))
 
 
 class OpenApiHandler(GpuQueueHandler):

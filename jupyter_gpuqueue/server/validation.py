@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from ..errors import ValidationError
+from .openapi import openapi_text
 
 
 def _oas30_to_json_schema(node: Any) -> Any:
@@ -44,8 +45,6 @@ def _oas30_to_json_schema(node: Any) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _components() -> dict:
-    from .handlers import openapi_text
-
     doc = yaml.safe_load(openapi_text())
     return _oas30_to_json_schema(copy.deepcopy(doc.get("components", {})))
 
