@@ -9,14 +9,20 @@ token refresh and proxies. Both generations of the client are supported (``param
 Errors: every non-2xx answer becomes :class:`KubeApiError` carrying the API server's ``Status``
 (``code``, ``reason``, ``message``, ``details.causes``; API conventions, "Response Status Kind").
 :meth:`KubeClient.request` retries 429, 5xx and connection errors with bounded exponential backoff
-(``base * 2**n`` seconds, at most ``attempts`` tries); 4xx other than 429 are never retried here.
+(``base * 2**n`` seconds, at most ``attempts`` tries); 4xx other than 429 are never retried here,
+except a ``403`` shortly after the API server could not be reached: a restarted kube-apiserver
+answers 403 for a moment until its RBAC authorizer has loaded the roles (seen on v1.28.7, about one
+restart in three), so within ``forbidden_grace`` seconds of the last connection error a 403 counts
+as transient (:attr:`KubeApiError.retryable`).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import random
+import threading
 import time
 from typing import Any, Iterator, Optional
 from urllib.parse import quote
@@ -33,17 +39,18 @@ class KubeApiError(Exception):
     ``causes`` its ``details.causes`` (``[{"reason", "message", "field"}]``)."""
 
     def __init__(self, status: int, reason: str, message: str, causes: Optional[list] = None,
-                 body: Optional[dict] = None):
+                 body: Optional[dict] = None, transient: bool = False):
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.causes = causes or []
         self.body = body or {}
+        self.transient = transient  # e.g. a 403 right after the API server came back
 
     @property
     def retryable(self) -> bool:
-        return self.status == 0 or self.status in RETRYABLE
+        return self.transient or self.status == 0 or self.status in RETRYABLE
 
     def field_message(self) -> str:
         """The message with each cause's field, as kubectl prints it."""
@@ -101,16 +108,40 @@ class KubeClient:
     """JSON requests with retries. ``api_client``: a ``kubernetes.client.ApiClient`` (injected in
     tests; see :func:`load_api_client`). ``attempts``/``backoff_base``/``backoff_max``: the retry
     budget of one :meth:`request` (defaults: 4 tries, 0.2 s doubling, at most 2 s per wait).
-    ``request_timeout``: seconds for one non-watch request. Thread-safe (urllib3's pool is)."""
+    ``request_timeout``: seconds for one non-watch request. ``forbidden_grace``: seconds after the
+    last connection error during which a 403 is retried (RBAC still loading after a restart).
+    ``counts``: requests sent, by verb (``GET``, ``POST``, ``PUT``, ``PATCH``, ``DELETE``,
+    ``WATCH``), retries included. Thread-safe (urllib3's pool is)."""
 
     def __init__(self, api_client, *, attempts: int = 4, backoff_base: float = 0.2, backoff_max: float = 2.0,
-                 request_timeout: float = 30.0, sleep=time.sleep):
+                 request_timeout: float = 30.0, forbidden_grace: float = 20.0, sleep=time.sleep,
+                 monotonic=time.monotonic):
         self.api_client = api_client
         self.attempts = max(1, int(attempts))
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.request_timeout = request_timeout
+        self.forbidden_grace = forbidden_grace
         self._sleep = sleep
+        self._monotonic = monotonic
+        self.last_unreachable: Optional[float] = None  # monotonic time of the last connection error
+        self.counts: collections.Counter = collections.Counter()
+        self._count_lock = threading.Lock()
+
+    def _count(self, verb: str) -> None:
+        with self._count_lock:
+            self.counts[verb] += 1
+
+    def _unreachable(self, exc) -> KubeApiError:
+        self.last_unreachable = self._monotonic()
+        return KubeApiError(0, "ConnectionError", f"cannot reach the API server: {exc}")
+
+    def _classify(self, err: KubeApiError) -> KubeApiError:
+        """Mark a 403 that follows a connection error closely as transient (see the module doc)."""
+        if err.status == 403 and self.last_unreachable is not None \
+                and self._monotonic() - self.last_unreachable < self.forbidden_grace:
+            err.transient = True
+        return err
 
     # -- low level ---------------------------------------------------------------------------------
     def _send(self, method: str, path: str, query: Optional[list], body: Any, content_type: Optional[str],
@@ -129,6 +160,7 @@ class KubeClient:
                            _request_timeout=timeout)
 
     def _once(self, method: str, path: str, query, body, content_type, raw: bool = False) -> Any:
+        self._count(method)
         try:
             resp = self._send(method, path, query, body, content_type, self.request_timeout)
         except KubeApiError:
@@ -136,8 +168,8 @@ class KubeClient:
         except Exception as exc:  # urllib3 errors, legacy ApiException for non-2xx
             status = getattr(exc, "status", None)
             if isinstance(status, int) and status:
-                raise _status_error(status, getattr(exc, "body", "") or "") from None
-            raise KubeApiError(0, "ConnectionError", f"cannot reach the API server: {exc}") from None
+                raise self._classify(_status_error(status, getattr(exc, "body", "") or "")) from None
+            raise self._unreachable(exc) from None
         try:
             data = resp.data if hasattr(resp, "data") else resp.read()
         finally:
@@ -147,7 +179,7 @@ class KubeClient:
                 pass
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
         if not 200 <= resp.status <= 299:
-            raise _status_error(resp.status, text)
+            raise self._classify(_status_error(resp.status, text))
         if raw:
             return data if isinstance(data, bytes) else text.encode("utf-8")
         return json.loads(text) if text.strip() else {}
@@ -188,7 +220,8 @@ class KubeClient:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation_policy}
         return self.request("DELETE", path, body=body, **kw)
 
-    def list(self, path: str, label_selector: Optional[str] = None) -> tuple[list[dict], str]:
+    def list(self, path: str, label_selector: Optional[str] = None,
+             field_selector: Optional[str] = None) -> tuple[list[dict], str]:
         """All items of a collection (following ``continue`` tokens) and the list's
         resourceVersion, from which a watch resumes."""
         items: list[dict] = []
@@ -197,6 +230,8 @@ class KubeClient:
             q = [("limit", "500")]
             if label_selector:
                 q.append(("labelSelector", label_selector))
+            if field_selector:
+                q.append(("fieldSelector", field_selector))
             if cont:
                 q.append(("continue", cont))
             data = self.get(path, query=q)
@@ -207,7 +242,7 @@ class KubeClient:
                 return items, str(meta.get("resourceVersion") or "")
 
     def watch(self, path: str, resource_version: str, label_selector: Optional[str] = None,
-              timeout_seconds: int = 300) -> Iterator[dict]:
+              timeout_seconds: int = 300, field_selector: Optional[str] = None) -> Iterator[dict]:
         """Watch events (``{"type", "object"}``) after ``resource_version``, ending when the server
         closes the stream (after ``timeout_seconds``). An ``ERROR`` event is raised as KubeApiError
         (``status`` 410 ``Expired``/``Gone``: the version is too old; re-list). API conventions:
@@ -217,16 +252,19 @@ class KubeClient:
             q.append(("resourceVersion", resource_version))
         if label_selector:
             q.append(("labelSelector", label_selector))
+        if field_selector:
+            q.append(("fieldSelector", field_selector))
+        self._count("WATCH")
         try:
             resp = self._send("GET", path, q, None, None, (10, timeout_seconds + 30))
         except Exception as exc:
             status = getattr(exc, "status", None)
             if isinstance(status, int) and status:
-                raise _status_error(status, getattr(exc, "body", "") or "") from None
-            raise KubeApiError(0, "ConnectionError", f"cannot reach the API server: {exc}") from None
+                raise self._classify(_status_error(status, getattr(exc, "body", "") or "")) from None
+            raise self._unreachable(exc) from None
         try:
             if not 200 <= resp.status <= 299:
-                raise _status_error(resp.status, resp.read().decode("utf-8", "replace"))
+                raise self._classify(_status_error(resp.status, resp.read().decode("utf-8", "replace")))
             buf = b""
             for chunk in resp.stream(4096, decode_content=True):
                 buf += chunk

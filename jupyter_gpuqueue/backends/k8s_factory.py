@@ -6,7 +6,8 @@ None: in-cluster service account, else ``$KUBECONFIG`` / ``~/.kube/config``), ``
 ``api_client`` (an injected ``kubernetes.client.ApiClient``, for tests), ``namespaces`` (team
 namespace → cluster namespace), ``image`` (container image of Jobs built from the form),
 ``pod_template`` (partial PodSpec merged into them, see ``k8s_jobs.apply_pod_template``),
-``volcano`` (bool), ``volcano_queue``, ``kueue_version``, ``visibility_interval``.
+``volcano`` (bool), ``volcano_queue``, ``kueue_version``, ``visibility_interval``,
+``pods_ready_timeout`` (seconds; see ``backends/kubernetes.py``).
 """
 
 from __future__ import annotations
@@ -62,4 +63,4 @@ class ClusterConnection:
         from .kubernetes import KubernetesBackend
 
         return KubernetesBackend(self.client, volcano=bool(o.get("volcano")), volcano_queue=o.get("volcano_queue"),
-                                 **common)
+                                 pods_ready_timeout=float(o.get("pods_ready_timeout") or 300.0), **common)

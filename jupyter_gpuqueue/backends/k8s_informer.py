@@ -6,7 +6,9 @@ resuming from the last seen version (``BOOKMARK`` events included) whenever the 
 stream. On ``410 Gone`` (the version was compacted away) it lists again and carries on; the cache
 is replaced by the fresh list, so objects deleted in between disappear too. Other errors are
 retried with exponential backoff (``0.5 s`` doubling, capped at ``max_backoff`` seconds) for as
-long as the informer runs.
+long as the informer runs; the backoff starts again from ``0.5 s`` as soon as the collection
+answers again (a successful list, or the first event or bookmark of a watch), so that the next
+outage is retried promptly.
 
 Readers call :meth:`Informer.snapshot` / :meth:`Informer.get` from any thread. ``on_change`` (if
 given) is called from the informer's thread after every change, without arguments: the owner
@@ -33,12 +35,16 @@ class Informer:
     """``path``: a collection path (e.g. ``/apis/batch/v1/jobs`` for all namespaces);
     ``label_selector``: the server-side filter. Objects are keyed ``namespace/name``."""
 
+    BASE_BACKOFF = 0.5
+
     def __init__(self, client: KubeClient, path: str, label_selector: Optional[str] = None, *,
+                 field_selector: Optional[str] = None,
                  on_change: Optional[Callable[[], None]] = None, watch_timeout: int = 300,
                  max_backoff: float = 30.0, name: str = ""):
         self.client = client
         self.path = path
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.on_change = on_change
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
@@ -49,6 +55,7 @@ class Informer:
         self.synced = threading.Event()
         self.relists = 0  # how many times the collection was listed (1 + one per 410 / error)
         self.last_error: Optional[KubeApiError] = None
+        self.backoff = self.BASE_BACKOFF  # the wait before the next retry after an error
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -83,7 +90,7 @@ class Informer:
                 log.exception("kubernetes informer %s: on_change failed", self.name)
 
     def _relist(self) -> None:
-        items, rv = self.client.list(self.path, self.label_selector)
+        items, rv = self.client.list(self.path, self.label_selector, self.field_selector)
         with self._lock:
             self._objects = {_key(o): o for o in items}
             self.resource_version = rv
@@ -105,30 +112,32 @@ class Informer:
             self._notify()
 
     def _run(self) -> None:
-        backoff = 0.5
         need_list = True
         while not self._stop.is_set():
             try:
                 if need_list:
                     self._relist()
                     need_list = False
+                    self.backoff = self.BASE_BACKOFF  # the collection answers again
                 for ev in self.client.watch(self.path, self.resource_version, self.label_selector,
-                                            self.watch_timeout):
+                                            self.watch_timeout, field_selector=self.field_selector):
                     if self._stop.is_set():
                         return
+                    self.backoff = self.BASE_BACKOFF  # an event or bookmark: the watch is healthy
                     self._apply(ev)
-                backoff = 0.5  # the server ended the stream normally: resume from resource_version
+                self.backoff = self.BASE_BACKOFF  # the server ended the stream normally: resume
             except KubeApiError as err:
                 self.last_error = err
                 if err.status == 410:
                     log.info("kubernetes informer %s: %s; listing again", self.name, err.message)
                     need_list = True
                     continue
-                log.warning("kubernetes informer %s: %s; retrying in %.1f s", self.name, err, backoff)
+                self._wait_after_error(err)
                 need_list = need_list or err.status not in (0,)
-                self._stop.wait(backoff)
-                backoff = min(self.max_backoff, backoff * 2)
             except Exception as exc:  # decoding errors, dropped connections mid-stream
-                log.warning("kubernetes informer %s: %s; retrying in %.1f s", self.name, exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(self.max_backoff, backoff * 2)
+                self._wait_after_error(exc)
+
+    def _wait_after_error(self, err) -> None:
+        log.warning("kubernetes informer %s: %s; retrying in %.1f s", self.name, err, self.backoff)
+        self._stop.wait(self.backoff)
+        self.backoff = min(self.max_backoff, self.backoff * 2)

@@ -10,8 +10,13 @@ Lifecycle (the service drives it from its loop; all methods run on the service's
   admission and it is unsuspended (read-modify-write with ``resourceVersion``; a ``409 Conflict``
   re-reads and retries). Optionally a Volcano PodGroup is created for gang scheduling.
 - :meth:`KubernetesBackend.suspend` (preemption) sets ``spec.suspend=true``; the Job controller
-  deletes the active Pods. The run is reported ended once no Pod of it is left running, so that
-  quota and devices are released only when the GPUs are really free; the service requeues it.
+  deletes the active Pods. Then ``status.startTime`` is cleared through the ``status``
+  subresource, as Kueue does (``ResetStatus`` in ``pkg/controller/jobs/job/job_controller.go``):
+  Kubernetes 1.28's Job controller does not clear it on suspend, and while it is set the API
+  server refuses changes to the pod template's scheduling directives, so the next admission could
+  not move the Job to another flavor. The run is reported ended once no Pod of it is left running,
+  so that quota and devices are released only when the GPUs are really free; the service requeues
+  it.
 - :meth:`KubernetesBackend.stop` (cancel, maximum run time) deletes the Job with
   ``propagationPolicy: Background`` (Jobs deleted without it orphan their Pods).
 - :meth:`KubernetesBackend.poll` reads the informers' caches (list + watch of our Jobs and Pods,
@@ -19,6 +24,13 @@ Lifecycle (the service drives it from its loop; all methods run on the service's
   each: ``Running`` (a Pod runs), ``Waiting`` (a Pod cannot start: message), ``Succeeded`` (Job
   condition ``Complete``), ``Failed`` (condition ``Failed``, with the container's exit code).
 - :meth:`KubernetesBackend.adopt` after a restart finds the Job by our uid label.
+- A Job that cannot create its Pods (the Job controller's ``FailedCreate`` events: a PriorityClass
+  missing from the cluster, a ResourceQuota, Pod Security) shows the event's message on the
+  workload at once (``Waiting``); if no Pod of it exists ``pods_ready_timeout`` seconds after it
+  was resumed, its Job is deleted and it is reported Failed (``PodsReadyTimeout``), so that its
+  quota is given back and its billing stops, as Kueue's ``waitForPodsReady`` evicts a workload
+  whose Pods are not ready in time (Kueue requeues it; a Job that cannot create Pods would only
+  fail again, so here it ends, with the reason).
 
 Why threads for watches but synchronous writes: the protocol is synchronous and polled, so the
 watches run in daemon threads feeding caches that :meth:`poll` reads (level-triggered: poll derives
@@ -34,7 +46,6 @@ never be lost).
 from __future__ import annotations
 
 import calendar
-import copy
 import logging
 import time
 from dataclasses import dataclass, field
@@ -62,6 +73,9 @@ WAITING = "Waiting"  # admitted, a Pod cannot start yet (message says why)
 JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
 PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+EVENTS = ("", "v1", "events")
+PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
+FAILED_CREATE = "involvedObject.kind=Job,reason=FailedCreate"
 _WAITING_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "InvalidImageName",
                      "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
 
@@ -95,8 +109,8 @@ def condition(obj: dict, typ: str) -> Optional[dict]:
 def user_error(err: KubeApiError, what: str) -> GpuQueueError:
     """The service-facing error for a failed write, with the API server's own message:
     422 → ValidationError (field of the first cause), 403 → Forbidden, 409 → Conflict,
-    404 → ValidationError(field="metadata.namespace") (the namespace does not exist), anything else →
-    GpuQueueError."""
+    404 → ValidationError(field="metadata.namespace") (the namespace does not exist: answered 400
+    with that field), anything else → GpuQueueError."""
     msg = f"{what}: {err.field_message()}"
     if err.status == 422:
         field = (err.causes[0].get("field") if err.causes else None) or "manifest"
@@ -122,6 +136,7 @@ class _Run:
     since: float = field(default_factory=time.time)
     floor: float = 0.0  # started here at this time: no observation is earlier (0 when adopted)
     reported: set = field(default_factory=set)  # observation keys already reported
+    resumed_at: Optional[float] = None  # when this run's Job was last unsuspended by us
     phase: str = ""  # Kueue: "pending" | "admitted" as last reported ("" after adopt: unknown)
     sig: object = None  # Kueue: the last reported pending (reason, message, positions)
     op: Optional[str] = None  # a write still to do: "start" | "suspend" | "delete"
@@ -141,6 +156,8 @@ class KubernetesBackend:
     ``pod_template``: a partial PodSpec merged into form-built Jobs (``k8s_jobs.apply_pod_template``:
     volumes, the main container's volumeMounts, serviceAccountName...). ``volcano``:
     gang scheduling with Volcano (``schedulerName: volcano`` + a PodGroup with ``minMember``).
+    ``pods_ready_timeout``: seconds after a resume within which a Pod of the Job must exist (see
+    the module docstring; Kueue's ``waitForPodsReady.timeout`` defaults to 5 minutes too).
     ``start_informers``: False only in unit tests that drive :meth:`resync` themselves.
     """
 
@@ -156,7 +173,7 @@ class KubernetesBackend:
                  volcano: bool = False,
                  volcano_queue: Optional[str] = None, retry_budget_seconds: float = 600.0,
                  retry_max_delay: float = 60.0, sync_timeout: float = 10.0, start_informers: bool = True,
-                 clock: Callable[[], float] = time.time):
+                 pods_ready_timeout: float = 300.0, clock: Callable[[], float] = time.time):
         self.client = client if isinstance(client, KubeClient) else KubeClient(client)
         self.config = config or ClusterConfig()
         self.image = image
@@ -168,10 +185,14 @@ class KubernetesBackend:
         self.retry_max_delay = retry_max_delay
         self.sync_timeout = sync_timeout
         self.clock = clock
+        self.pods_ready_timeout = pods_ready_timeout
         self._runs: dict[str, _Run] = {}
+        self._priority_classes: dict[str, float] = {}  # PriorityClass name -> when it was seen to exist
         self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs")
         self.pods = Informer(self.client, path_for(*PODS), SELECTOR, name="pods")
-        self._informers = [self.jobs, self.pods]
+        # The Job controller's FailedCreate events (events carry no labels of ours: field-selected).
+        self.events = Informer(self.client, path_for(*EVENTS), None, field_selector=FAILED_CREATE, name="events")
+        self._informers = [self.jobs, self.pods, self.events]
         if start_informers:
             self.start_informers()
 
@@ -202,9 +223,15 @@ class KubernetesBackend:
         req.namespace = self.namespace_for(req.namespace)
         return req
 
-    def _desired_job(self, req: JobRequest) -> dict:
-        return build_job(req, self.config, image=self.image, suspend=True, volcano=self.volcano,
+    def _desired_job(self, req: JobRequest, suspend: bool = True) -> dict:
+        return build_job(req, self.config, image=self.image, suspend=suspend, volcano=self.volcano,
                          pod_template=self.pod_template)
+
+    def _job_to_create(self, req: JobRequest) -> dict:
+        """The Job as created on admission: already running with the admission's directives (one
+        request), except with Volcano, whose PodGroup must exist, owned by the Job, before the
+        Job's Pods are created (so: created suspended, PodGroup, then resumed)."""
+        return self._desired_job(req, suspend=self.volcano)
 
     # -- start --------------------------------------------------------------------------------------
     def start(self, spec) -> RunInfo:
@@ -214,7 +241,7 @@ class KubernetesBackend:
         the API server's message. Transient API errors do not raise: the start is retried from
         :meth:`poll`."""
         req = self._request(spec)
-        job = self._desired_job(req)  # ValidationError before anything is sent
+        job = self._job_to_create(req)  # ValidationError before anything is sent
         run = _Run(uid=req.uid, namespace=req.namespace, name=req.name, req=req, since=self.clock(),
                    floor=self.clock())
         self._runs[req.uid] = run
@@ -244,6 +271,7 @@ class KubernetesBackend:
                             workload={**workload, "admission": None})
         req = self._request(launch)
         job = self._desired_job(req)
+        self._check_priority_class(job)
         try:
             self.client.create(self._job_path(req.namespace), job, query=[("dryRun", "All")], attempts=1)
         except KubeApiError as err:
@@ -256,13 +284,33 @@ class KubernetesBackend:
                                "name") from None
             raise user_error(err, f"the API server rejects Job {req.namespace}/{req.name}") from None
 
+    def _check_priority_class(self, job: dict) -> None:
+        """A Job's dry run does not run Pod admission, so a ``priorityClassName`` missing from the
+        cluster would only show when the Job controller fails to create its Pods. Look it up
+        (``GET priorityclasses/{name}``; found ones are remembered for 5 minutes). Raises
+        ValidationError(field="priorityClass") when the cluster has no such PriorityClass; an
+        API server that cannot answer or forbids the read does not block the submission."""
+        name = ((job.get("spec") or {}).get("template") or {}).get("spec", {}).get("priorityClassName")
+        if not name or self.clock() - self._priority_classes.get(name, -1e18) < 300:
+            return
+        try:
+            self.client.get(path_for(*PRIORITY_CLASSES, name=name), attempts=1)
+        except KubeApiError as err:
+            if err.status == 404:
+                raise ValidationError(f"the cluster has no PriorityClass named {name!r} (the Job's Pods could "
+                                      f"not be created); ask an admin to create it", "priorityClass") from None
+            log.info("kubernetes: cannot look up PriorityClass %s (%s); accepting the submission", name, err)
+            return
+        self._priority_classes[name] = self.clock()
+
     def _start_error(self, err: KubeApiError, run: _Run) -> GpuQueueError:
         return user_error(err, f"creating Job {run.namespace}/{run.name}")
 
-    def _create(self, run: _Run, job: dict) -> dict:
-        """POST the Job; on 409 AlreadyExists read it and adopt it if it carries our uid."""
+    def _create(self, run: _Run, job: dict) -> tuple[dict, bool]:
+        """POST the Job; on 409 AlreadyExists read it and adopt it if it carries our uid.
+        Returns the Job and whether this call created it."""
         try:
-            return self.client.create(self._job_path(run.namespace), job)
+            return self.client.create(self._job_path(run.namespace), job), True
         except KubeApiError as err:
             if err.status != 409:
                 raise
@@ -272,34 +320,83 @@ class KubernetesBackend:
             raise Conflict(f"a Job named {run.name} already exists in namespace {run.namespace} and is not this "
                            f"workload's ({UID_LABEL}={owner!r}); choose another name", "metadata.name")
         log.info("kubernetes: Job %s/%s already exists with our uid: adopting it", run.namespace, run.name)
-        return existing
+        return existing, False
 
     def _create_and_resume(self, run: _Run, job: dict) -> None:
-        current = self._create(run, job)
+        current, created = self._create(run, job)
         if self.volcano:
             self._ensure_podgroup(run, job, current)
         if condition(current, "Complete") or condition(current, "Failed"):
             return  # finished already (adopted after a restart): poll reports it
-        self._update_job(run, lambda cur: self._resume(cur, job))
+        if created and not (current.get("spec") or {}).get("suspend"):
+            run.resumed_at = self.clock()
+            return
+        self._resume_job(run, job, current)
 
-    def _resume(self, cur: dict, desired: dict) -> bool:
-        """Mutate ``cur`` to run with ``desired``'s scheduling directives; False if nothing to do."""
+    def _resume_job(self, run: _Run, desired: Optional[dict], current: Optional[dict] = None,
+                    attempts: int = 5) -> None:
+        """Unsuspend the run's Job with ``desired``'s scheduling directives (None: keep the Job's),
+        starting from ``current`` (the Job as last read; None: GET it). A suspended Job whose
+        ``status.startTime`` is still set (Kubernetes 1.28 keeps it on suspend) first has it
+        cleared through the ``status`` subresource, as Kueue does, or the API server would refuse
+        the new directives. ``409 Conflict`` re-reads and retries; a Job that is gone is left to
+        :meth:`poll`."""
+        path = self._job_path(run.namespace, run.name)
+        for i in range(attempts):
+            try:
+                cur = current if current is not None and i == 0 else self.client.get(path)
+                if (cur.get("spec") or {}).get("suspend") and (cur.get("status") or {}).get("startTime"):
+                    del cur["status"]["startTime"]
+                    cur = self.client.replace(f"{path}/status", cur)
+                if not self._resume(cur, desired):
+                    return
+                self.client.replace(path, cur)
+                run.resumed_at = self.clock()
+                return
+            except KubeApiError as err:
+                if err.status == 404:
+                    return
+                if err.status == 409 and i < attempts - 1:
+                    log.info("kubernetes: Job %s/%s changed under us (409 Conflict); re-reading", run.namespace,
+                             run.name)
+                    continue
+                raise
+
+    def _reset_start_time(self, run: _Run) -> None:
+        """``status.startTime = nil`` on a suspended Job, through the ``status`` subresource (Kueue's
+        ``ResetStatus``); nothing when the Job runs or has no start time."""
+        def mutate(cur: dict) -> bool:
+            if not (cur.get("spec") or {}).get("suspend") or not (cur.get("status") or {}).get("startTime"):
+                return False
+            del cur["status"]["startTime"]
+            return True
+        self._update_job(run, mutate, subresource="status")
+
+    @staticmethod
+    def _resume(cur: dict, desired: Optional[dict]) -> bool:
+        """Mutate ``cur`` to run with ``desired``'s scheduling directives; False if nothing to do.
+        Template labels and annotations are merged into the Job's: the API server added
+        ``controller-uid``, ``job-name`` and their ``batch.kubernetes.io/`` forms on create, and
+        ``spec.selector`` must keep matching them (an update that drops them is refused, 422)."""
         spec = cur.setdefault("spec", {})
-        changed = False
-        if spec.get("suspend"):
-            if not (cur.get("status") or {}).get("startTime"):
-                want = scheduling_directives(desired)
-                if scheduling_directives(cur) != want:
-                    set_scheduling_directives(cur, want)
-                    changed = True
-            spec["suspend"] = False
-            changed = True
-        return changed
+        if not spec.get("suspend"):
+            return False
+        if desired is not None and not (cur.get("status") or {}).get("startTime"):
+            have = scheduling_directives(cur)
+            want = scheduling_directives(desired)
+            want["labels"] = {**have["labels"], **want["labels"]}
+            want["annotations"] = {**have["annotations"], **want["annotations"]}
+            if have != want:
+                set_scheduling_directives(cur, want)
+        spec["suspend"] = False
+        return True
 
-    def _update_job(self, run: _Run, mutate: Callable[[dict], bool], attempts: int = 5) -> Optional[dict]:
+    def _update_job(self, run: _Run, mutate: Callable[[dict], bool], attempts: int = 5,
+                    subresource: Optional[str] = None) -> Optional[dict]:
         """Read-modify-write with optimistic concurrency: GET, ``mutate`` (returns False when no
-        change is needed), PUT with the read resourceVersion; ``409 Conflict`` re-reads and
-        retries (at most ``attempts`` times). 404 → None (the Job is gone)."""
+        change is needed), PUT with the read resourceVersion (to ``subresource``, e.g.
+        ``status``, when given); ``409 Conflict`` re-reads and retries (at most ``attempts``
+        times). 404 → None (the Job is gone)."""
         path = self._job_path(run.namespace, run.name)
         for i in range(attempts):
             try:
@@ -311,7 +408,7 @@ class KubernetesBackend:
             if not mutate(cur):
                 return cur
             try:
-                return self.client.replace(path, cur)
+                return self.client.replace(f"{path}/{subresource}" if subresource else path, cur)
             except KubeApiError as err:
                 if err.status == 409 and i < attempts - 1:
                     log.info("kubernetes: Job %s/%s changed under us (409 Conflict); re-reading", run.namespace, run.name)
@@ -373,10 +470,11 @@ class KubernetesBackend:
                 cur["spec"]["suspend"] = True
                 return True
             self._update_job(run, mutate)
+            self._reset_start_time(run)  # Kueue's ResetStatus: the next admission may change flavor
         elif op == "start":
-            self._create_and_resume(run, self._desired_job(run.req))
+            self._create_and_resume(run, self._job_to_create(run.req))
         elif op == "resume":
-            self._update_job(run, lambda cur: self._resume(cur, copy.deepcopy(cur)))
+            self._resume_job(run, None)
 
     def _defer(self, run: _Run, op: str, err: KubeApiError) -> None:
         now = self.clock()
@@ -475,7 +573,39 @@ class KubernetesBackend:
             if job.get("spec", {}).get("suspend") and not self._live(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, None, now, run.reason)]
             return []
+        if not pods and not (job.get("spec") or {}).get("suspend"):
+            return self._pod_creation_observations(run, job, now)
         return self._pod_observations(run, pods, now)
+
+    def _failed_create(self, job: dict) -> Optional[dict]:
+        """The newest ``FailedCreate`` event of this Job (this incarnation: matched by uid)."""
+        uid = (job.get("metadata") or {}).get("uid")
+        newest = None
+        for ev in self.events.snapshot():
+            obj = ev.get("involvedObject") or {}
+            if obj.get("uid") == uid and ev.get("reason") == "FailedCreate":
+                if newest is None or (ev.get("lastTimestamp") or "") >= (newest.get("lastTimestamp") or ""):
+                    newest = ev
+        return newest
+
+    def _pod_creation_observations(self, run: _Run, job: dict, now: float) -> list[RunStatus]:
+        """A resumed Job with no Pod: the Job controller's FailedCreate reason, shown once per
+        message (``Waiting``); past ``pods_ready_timeout`` the Job is deleted and the run reported
+        Failed (``PodsReadyTimeout``) once it is gone, which gives its quota back."""
+        ev = self._failed_create(job)
+        out = []
+        msg = f"the Job cannot create its Pods: FailedCreate: {ev.get('message') or ''}".rstrip(": ") if ev else ""
+        if ev is not None and f"failedcreate:{msg}" not in run.reported:
+            run.reported.add(f"failedcreate:{msg}")
+            out.append(RunStatus(run.uid, WAITING, None, now, msg))
+        if run.resumed_at is not None and now - run.resumed_at > self.pods_ready_timeout:
+            why = msg or "the Job controller created no Pod"
+            log.warning("kubernetes: Job %s/%s has no Pod %.0f s after it was resumed (%s); deleting it",
+                        run.namespace, run.name, now - run.resumed_at, why)
+            run.mode = "deleting"
+            run.reason = f"PodsReadyTimeout: no Pod within {self.pods_ready_timeout:.0f} s of admission; {why}"
+            self._try(run, "delete")
+        return out
 
     def _pod_observations(self, run: _Run, pods: list[dict], now: float) -> list[RunStatus]:
         out = []
@@ -515,7 +645,8 @@ class KubernetesBackend:
         the time in ``finished_at``). Nothing until the informers have listed once."""
         now = self.clock()
         out = self._retry_due(now)
-        if not all(inf.synced.is_set() for inf in self._informers):
+        if not all(inf.synced.is_set() for inf in self._informers if inf is not self.events):
+            # (events only add messages: a role without `list events` must not stall the queue)
             return out
         pods = self._pods_by_uid()
         for uid, run in list(self._runs.items()):
@@ -598,7 +729,10 @@ class KubernetesBackend:
         except KubeApiError as err:
             if err.status in (400, 404):  # container waiting to start; Pod gone
                 return b"", 0, False
-            raise GpuQueueError(f"cannot read the log of Pod {meta.get('name')}: {err.field_message()}", None) from None
+            what = f"cannot read the log of Pod {meta.get('namespace')}/{meta.get('name')}: {err.field_message()}"
+            if err.status == 403:  # the queue's role lacks `get pods/log` (docs/kubernetes.md, RBAC)
+                raise Forbidden(what, None) from None
+            raise GpuQueueError(what, None) from None
         more = len(data) >= want
         data = data[:offset + limit] if more else data
         return data[offset:], len(data), more

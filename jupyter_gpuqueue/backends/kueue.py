@@ -92,12 +92,15 @@ class KueueBackend(KubernetesBackend):
         self._vis_wake.set()
 
     # -- creating: suspended, queue-labelled, never resumed by us ------------------------------------
-    def _desired_job(self, req):
+    def _desired_job(self, req, suspend: bool = True):
         req.admission = None
         from .k8s_jobs import build_job
 
         return build_job(req, self.config, image=self.image, suspend=True, volcano=False,
                          pod_template=self.pod_template)
+
+    def _job_to_create(self, req):
+        return self._desired_job(req)  # suspended: Kueue resumes it on admission
 
     def _create_and_resume(self, run: _Run, job: dict) -> None:
         self._create(run, job)

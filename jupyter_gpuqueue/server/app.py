@@ -22,6 +22,7 @@ when ``$JUPYTERHUB_API_TOKEN`` is set and a service URL is configured (``service
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any, Optional
@@ -73,6 +74,21 @@ def resolve_mode(mode: str, *, hub_service_name: str, service_url: Optional[str]
     if environ.get("JUPYTERHUB_API_TOKEN") and (service_url or environ.get(ENV_SERVICE_URL)):
         return "hub-client"
     return "standalone"
+
+
+PACKAGE_LOGGER = "jupyter_gpuqueue"
+
+
+def route_package_logs(server_log: logging.Logger) -> None:
+    """Send the records of every ``jupyter_gpuqueue.*`` module logger (the backends' retries,
+    relists and warnings among them) through the Jupyter server's logger, so that they appear in
+    the server log with its time, level and format, at its level (INFO by default)."""
+    pkg = logging.getLogger(PACKAGE_LOGGER)
+    if server_log is pkg or not isinstance(server_log, logging.Logger):
+        return
+    pkg.parent = server_log
+    pkg.propagate = True
+    pkg.setLevel(logging.NOTSET)
 
 
 class GpuQueueApp(ExtensionApp):
@@ -278,6 +294,14 @@ class GpuQueueApp(ExtensionApp):
         "v1beta1", help="""Kueue backend: API version of Kueue's Workload and visibility APIs.""",
     ).tag(config=True)
 
+    kube_pods_ready_timeout = Float(
+        300.0,
+        help="""Kubernetes backend: seconds after admission within which a Job must have created a
+        Pod; past it (e.g. FailedCreate: a PriorityClass missing from the cluster) the Job is
+        deleted and the workload fails with PodsReadyTimeout, giving its quota back (Kueue's
+        waitForPodsReady.timeout, 5 minutes by default, does the same by eviction).""",
+    ).tag(config=True)
+
     event_ping_interval = Float(
         30.0,
         help="""Seconds between {"type": "ping"} messages on the event stream; 0 disables.""",
@@ -418,6 +442,7 @@ class GpuQueueApp(ExtensionApp):
         """Build the QueueService. An invalid configuration is logged and every endpoint then
         answers 503 with the reason, instead of the extension silently missing."""
         self.service = None
+        route_package_logs(self.log)
         mode = self._resolve_mode()
         self.settings.update(
             {
@@ -511,7 +536,8 @@ class GpuQueueApp(ExtensionApp):
             kubernetes={"kubeconfig": self.kubeconfig, "context": self.kube_context, "image": self.job_image,
                         "namespaces": dict(self.kube_namespaces), "volcano": self.volcano_gang,
                         "pod_template": dict(self.job_pod_template),
-                        "kueue_version": self.kueue_api_version},
+                        "kueue_version": self.kueue_api_version,
+                        "pods_ready_timeout": self.kube_pods_ready_timeout},
             logger=self.log,
         )
 

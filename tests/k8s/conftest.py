@@ -15,6 +15,8 @@ def cluster() -> FakeCluster:
     c = FakeCluster()
     for ns in ("team-a", "team-b", "one", "two"):
         c.add_namespace(ns)
+    for name, value in (("low", 100), ("high", 1000), ("development", 10)):
+        c.add_priority_class(name, value)  # the PriorityClasses the tests' queue configurations name
     return c
 
 

@@ -60,7 +60,12 @@ RESOURCES = {
     ("batch", "jobs"): (("v1",), "Job", True, True),
     ("kueue.x-k8s.io", "workloads"): (("v1beta1", "v1beta2"), "Workload", True, True),
     ("scheduling.volcano.sh", "podgroups"): (("v1beta1",), "PodGroup", True, True),
+    ("scheduling.k8s.io", "priorityclasses"): (("v1",), "PriorityClass", False, False),
+    ("", "events"): (("v1",), "Event", True, False),
 }
+# The labels the API server adds to a Job's pod template on create (v1.28: both generations).
+JOB_TEMPLATE_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid",
+                       "job-name")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -139,6 +144,23 @@ def selector_matches(sel: Optional[str], labels: dict) -> bool:
             if req[1:].strip() in labels:
                 return False
         elif req not in labels:
+            return False
+    return True
+
+
+def field_matches(sel: Optional[str], obj: dict) -> bool:
+    """A field selector of ``path=value`` / ``path!=value`` terms (``involvedObject.kind=Job``)."""
+    for term in (sel or "").split(","):
+        term = term.strip()
+        if not term:
+            continue
+        neg = "!=" in term
+        path, _, want = term.partition("!=" if neg else "=")
+        want = want.lstrip("=")
+        cur: Any = obj
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if (str(cur if cur is not None else "") == want) == neg:
             return False
     return True
 
@@ -267,11 +289,13 @@ class FakeCluster:
         with self.lock:
             return self.objects[res].get((namespace or "", name))
 
-    def list(self, res, namespace: Optional[str] = None, selector: Optional[str] = None) -> list[dict]:
+    def list(self, res, namespace: Optional[str] = None, selector: Optional[str] = None,
+             fields: Optional[str] = None) -> list[dict]:
         with self.lock:
             return [o for (ns, _), o in sorted(self.objects[res].items())
                     if (namespace is None or ns == namespace)
-                    and selector_matches(selector, o["metadata"].get("labels") or {})]
+                    and selector_matches(selector, o["metadata"].get("labels") or {})
+                    and field_matches(fields, o)]
 
     def drop_watches(self, hold: bool = False) -> None:
         """End every open watch stream (a restarting API server / dropped connections); with
@@ -444,12 +468,13 @@ class FakeCluster:
                     for p in active:
                         self._delete_pod(p)
                     active = []
-                    if self._set_cond(job, "Suspended", "True", "JobSuspended", "Job suspended"):
-                        st.pop("startTime", None)
+                    # v1.28's Job controller keeps status.startTime on suspend (Kueue clears it).
+                    self._set_cond(job, "Suspended", "True", "JobSuspended", "Job suspended")
                 else:
                     c = self._cond(job, "Suspended")
                     if c is not None and c["status"] == "True":
                         self._set_cond(job, "Suspended", "False", "JobResumed", "Job resumed")
+                        st["startTime"] = rfc3339(self.now)  # reset on resume
                     st.setdefault("startTime", rfc3339(self.now))
                     ads = spec.get("activeDeadlineSeconds")
                     start = calendar.timegm(time.strptime(st["startTime"], "%Y-%m-%dT%H:%M:%SZ"))
@@ -475,7 +500,9 @@ class FakeCluster:
                         remaining = (completions - succeeded) if completions is not None else parallelism
                         want = min(parallelism, remaining) - len(active) - len(terminating)
                         for _ in range(max(0, want)):
-                            active.append(self._create_job_pod(job))
+                            pod = self._create_job_pod(job)
+                            if pod is not None:
+                                active.append(pod)
             st["active"] = len(active)
             st["ready"] = sum(1 for p in active if p.get("status", {}).get("phase") == "Running")
             st["terminating"] = len(terminating)
@@ -484,7 +511,34 @@ class FakeCluster:
             if json.dumps(st, sort_keys=True) != before:
                 self.put(("batch", "jobs"), job)
 
-    def _create_job_pod(self, job: dict) -> dict:
+    def add_priority_class(self, name: str, value: int) -> dict:
+        return self.put(("scheduling.k8s.io", "priorityclasses"), {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "value": int(value),
+            "metadata": self._new_meta({"name": name}, None)}, "ADDED")
+
+    def _event(self, obj: dict, typ: str, reason: str, message: str) -> None:
+        """An Event about ``obj``, as controllers record them (``involvedObject``, count)."""
+        meta = obj["metadata"]
+        name = f"{meta['name']}.{uuid.uuid4().hex[:16]}"
+        self.put(("", "events"), {
+            "apiVersion": "v1", "kind": "Event", "type": typ, "reason": reason, "message": message,
+            "involvedObject": {"kind": obj.get("kind"), "namespace": meta.get("namespace"), "name": meta["name"],
+                               "uid": meta["uid"], "apiVersion": obj.get("apiVersion")},
+            "firstTimestamp": rfc3339(self.now), "lastTimestamp": rfc3339(self.now), "count": 1,
+            "source": {"component": "job-controller"},
+            "metadata": self._new_meta({"name": name}, meta.get("namespace"))}, "ADDED")
+
+    def _create_job_pod(self, job: dict) -> Optional[dict]:
+        pc = ((job["spec"].get("template") or {}).get("spec") or {}).get("priorityClassName")
+        if pc and self.get(("scheduling.k8s.io", "priorityclasses"), "", pc) is None:
+            # Pod admission (the Priority plugin) refuses the Pod; the Job controller records it.
+            key = ("failedcreate", job["metadata"]["uid"])
+            if key not in self.job_counts:
+                self.job_counts[key] = {}
+                self._event(job, "Warning", "FailedCreate",
+                            f'Error creating: pods "{job["metadata"]["name"]}-xxxxx" is forbidden: no PriorityClass '
+                            f"with name {pc} was found")
+            return None
         t = copy.deepcopy(job["spec"]["template"])
         meta = t.get("metadata") or {}
         name = f"{job['metadata']['name']}-{''.join(random.choices(string.ascii_lowercase + string.digits, k=5))}"
@@ -890,8 +944,26 @@ class FakeCluster:
                                        f'Invalid value: "{lim[r]}": must be an integer'))
         return causes
 
-    def _job_update_rules(self, old: dict, new: dict) -> list[tuple[str, str, str]]:
+    @staticmethod
+    def _job_template_labels(job: dict) -> list[tuple[str, str, str]]:
+        """The generated selector must keep matching the template: the labels the API server added
+        on create may not be dropped (v1.28 ``ValidateGeneratedSelector``)."""
+        spec = job.get("spec") or {}
+        if spec.get("manualSelector"):
+            return []
+        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
         causes = []
+        for k in JOB_TEMPLATE_LABELS:
+            if not labels.get(k):
+                causes.append((f"spec.template.metadata.labels[{k}]", "FieldValueRequired", "Required value"))
+        want = ((spec.get("selector") or {}).get("matchLabels") or {})
+        if any(labels.get(k) != v for k, v in want.items()):
+            causes.append(("spec.template.metadata.labels", "FieldValueInvalid",
+                           "Invalid value: `selector` does not match template `labels`"))
+        return causes
+
+    def _job_update_rules(self, old: dict, new: dict) -> list[tuple[str, str, str]]:
+        causes = self._job_template_labels(new)
         o, n = old.get("spec") or {}, new.get("spec") or {}
         if o.get("selector") != n.get("selector"):
             causes.append(("spec.selector", "FieldValueInvalid", "Invalid value: field is immutable"))
@@ -1162,7 +1234,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._watch(res, ns, q)
                 c._check_rbac("list", res, ns)
                 with c.lock:
-                    items = c.list(res, ns, q.get("labelSelector"))
+                    items = c.list(res, ns, q.get("labelSelector"), q.get("fieldSelector"))
                     rv = str(c._rv)
                 kind = RESOURCES[res][1]
                 return self._send(200, {"kind": f"{kind}List", "apiVersion": f"{group}/{version}" if group else version,
@@ -1227,13 +1299,13 @@ class _Handler(BaseHTTPRequestHandler):
 
         def match(obj: dict) -> bool:
             return (ns is None or obj["metadata"].get("namespace") == ns) and \
-                selector_matches(sel, obj["metadata"].get("labels") or {})
+                selector_matches(sel, obj["metadata"].get("labels") or {}) and field_matches(q.get("fieldSelector"), obj)
 
         try:
             with c.lock:
                 rv_text = q.get("resourceVersion", "")
                 if rv_text in ("", "0"):
-                    initial = [o for o in c.list(res, ns, sel)]
+                    initial = [o for o in c.list(res, ns, sel, q.get("fieldSelector"))]
                     last = c._rv
                     pending = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in initial]
                 else:

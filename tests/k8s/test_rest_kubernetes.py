@@ -20,6 +20,7 @@ API = ("gpuqueue", "api")
 def fake_cluster():
     c = FakeCluster()
     c.add_namespace("team-a")
+    c.add_priority_class("low", 100)
     c.add_node("gpu-1", labels=GPU_NODE_LABELS, allocatable={"nvidia.com/gpu": "2"}, taints=TAINT)
     c.now = time.time()
     srv = FakeApiServer(c).start()
