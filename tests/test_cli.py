@@ -120,6 +120,33 @@ def test_simulate_reads_stdin_for_dash(tmp_path):
     assert entry(json.loads(r.stdout), "first")["state"] == "admitted"
 
 
+def test_simulate_takes_a_workload_requesting_gpu_as_kueue_does(tmp_path):
+    """A kind: Workload requesting a resource named ``gpu`` is valid for Kueue (its webhook refuses
+    only ``pods``): simulate queues it (no ClusterQueue offers ``gpu``, so it stays pending)."""
+    jobs = tmp_path / "wl.yaml"
+    jobs.write_text("""
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: wl-gpu, namespace: team-a}
+spec:
+  queueName: team-a-queue
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        containers:
+        - name: main
+          resources: {requests: {gpu: 1}}
+""")
+    setup = tmp_path / "setup.yaml"
+    setup.write_text(SETUP)
+    r = run("simulate", str(setup), str(jobs))
+    assert r.returncode == 0, r.stderr
+    wl = json.loads(r.stdout)["workloads"]["team-a/wl-gpu"]
+    assert (wl["state"], wl["clusterQueue"], wl["reason"]) == ("pending", "research-cq", "NoFit")
+
+
 def test_simulate_invalid_manifest_exits_2_with_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(SETUP.replace("nominalQuota: 2", "nominalQuota: -2"))

@@ -86,3 +86,11 @@ def read_source(path: str, stdin: TextIO) -> tuple[str, str]:
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise UsageError(f"cannot read {path}: {reason}", field="FILE") from None
+
+
+def server_client(args: argparse.Namespace):
+    """The REST client of the server the command talks to (``--url`` / ``--token``, else
+    ``$GPUQUEUE_URL`` / ``$GPUQUEUE_TOKEN``, else discovered)."""
+    from ..client import GpuQueueClient
+
+    return GpuQueueClient(getattr(args, "url", None), getattr(args, "token", None))

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Optional, TextIO
 
 from ..errors import ValidationError
-from .args import ArgumentParser, positive_int, read_source
+from .args import ArgumentParser, positive_int, read_source, server_client
 from .text import (
     TERMINAL_STATES,
     duration,
@@ -160,12 +160,6 @@ def request_from_args(
 # -- commands ------------------------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace):
-    from ..client import GpuQueueClient
-
-    return GpuQueueClient(getattr(args, "url", None), getattr(args, "token", None))
-
-
 ARRAY_TASK_ENV = "GPUQUEUE_ARRAY_TASK_ID"  # as Slurm's SLURM_ARRAY_TASK_ID
 MAX_ARRAY_TASKS = 1000  # the API's SubmitBatch.maxItems
 
@@ -205,7 +199,7 @@ def array_requests(request: dict, task_ids: list[int]) -> list[dict]:
 
 
 def cmd_submit(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     request = request_from_args(args)
     if getattr(args, "array", None):
         workloads = client.submit_many(array_requests(request, parse_array(args.array)))
@@ -233,7 +227,7 @@ def cmd_submit(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> in
 
 
 def cmd_estimate(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     est = client.estimate(request_from_args(args))
     if args.json:
         out.write(json.dumps(est) + "\n")
@@ -249,7 +243,7 @@ def cmd_estimate(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> 
 
 
 def cmd_list(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     states = [s for s in (args.state or "").split(",") if s] or None
     items = client.list(namespace=args.namespace, states=states, mine=not args.all)
     if args.json:
@@ -260,7 +254,7 @@ def cmd_list(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
 
 
 def cmd_cancel(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     wl = client.find(args.name, args.namespace)
     before = wl.get("state")
     wl = client.cancel(wl["namespace"], wl["name"])
@@ -274,7 +268,7 @@ def cmd_cancel(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> in
 
 
 def cmd_logs(args, out: TextIO, err: TextIO, stdin: TextIO, client=None, *, sleep=time.sleep) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     wl = client.find(args.name, args.namespace)
     ns, name = wl["namespace"], wl["name"]
     offset = 0
@@ -303,21 +297,21 @@ def cmd_logs(args, out: TextIO, err: TextIO, stdin: TextIO, client=None, *, slee
 
 
 def cmd_queues(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     q = client.queues()
     out.write((json.dumps(q) if args.json else queues_text(q)) + "\n")
     return 0
 
 
 def cmd_inventory(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     inv = client.inventory()
     out.write((json.dumps(inv) if args.json else inventory_text(inv)) + "\n")
     return 0
 
 
 def cmd_prices(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     p = client.prices()
     if args.json:
         out.write(json.dumps(p) + "\n")
@@ -330,7 +324,7 @@ def cmd_prices(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> in
 
 
 def cmd_info(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
-    client = client or _client(args)
+    client = client or server_client(args)
     i = client.info()
     if args.json:
         out.write(json.dumps(i) + "\n")
@@ -351,7 +345,7 @@ def cmd_import_kueue(args, out: TextIO, err: TextIO, stdin: TextIO, client=None)
 
     source, text = read_source(args.file, stdin)
     m = admin.load_import(text, source)  # ValidationError (exit 2) names the file, document and field
-    answer = (client or _client(args)).import_kueue(text, dry_run=args.dry_run)
+    answer = (client or server_client(args)).import_kueue(text, dry_run=args.dry_run)
     if args.json:
         out.write(json.dumps(answer) + "\n")
         return 0

@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Callable, TextIO
 
-from .args import PROG, ArgumentParser, UsageError, positive_int, read_source
+from .args import PROG, ArgumentParser, UsageError, positive_int, read_source, server_client
 
 def cmd_simulate(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     from ..engine.errors import ManifestError
@@ -115,7 +115,7 @@ def cmd_export_kueue(args, out: TextIO, err: TextIO, stdin: TextIO, client=None)
             return 2
         text = admin.config_to_yaml(m.config, "Kueue configuration from " + ", ".join(args.config))
     else:
-        text = (client or _client(args)).export_kueue()
+        text = (client or server_client(args)).export_kueue()
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -947,6 +947,49 @@ def test_workload_pod_set_rules(pod_sets, spec, field, reason):
     reject([workload_obj(pod_sets=pod_sets, **spec)], field, reason)
 
 
+def workload_with(*containers):
+    return workload_obj(pod_sets=[{"name": "main", "count": 1, "template": {"spec": {"containers": list(containers)}}}])
+
+
+def test_workload_pod_templates_are_validated_as_kueue_does_not_as_pods():
+    """A Workload's PodSet templates are not Pods: Kueue's webhook (ValidateWorkload) refuses only
+    the reserved ``pods`` request, and the CRD schema does not restrict resource names. A resource
+    named ``gpu`` (Kueue's own tests use it), container names that are not DNS labels or repeat,
+    fractional extended resources and requests without limits are accepted."""
+    [wl] = load_documents([workload_with(container(requests={"gpu": 1, "cpu": 1}))], "ok").workloads
+    assert wl.pod_sets[0].requests == {"gpu": 1, "cpu": 1000}
+    [wl] = load_documents([workload_with(container("Main_1", requests={"example.com/gpu": "0.5"}),
+                                         container("Main_1", requests={"nvidia.com/gpu": 2}))], "ok").workloads
+    assert wl.pod_sets[0].requests == {"example.com/gpu": 1, "nvidia.com/gpu": 2}  # rounded up, as ResourceValue
+    reject([workload_with(container(requests={"pods": 1}))],
+           "spec.podSets[0].template.spec.containers[0].resources.requests[pods]",
+           'Invalid value: "pods": the key is reserved for internal kueue use')
+    reject([workload_with({"image": "python:3.11"})], "spec.podSets[0].template.spec.containers[0].name",
+           "Required value")
+    reject([workload_with(container(requests={"gpu": "x"}))],
+           "spec.podSets[0].template.spec.containers[0].resources.requests[gpu]", "quantities must match")
+
+
+@pytest.mark.parametrize("resources, field, reason", [
+    ({"requests": {"gpu": 1}}, "requests[gpu]", "must be a standard resource for containers"),
+    ({"requests": {"pods": 1}}, "requests[pods]", "must be a standard resource for containers"),
+    ({"requests": {"example.com/gpu": "0.5"}, "limits": {"example.com/gpu": "0.5"}}, "limits[example.com/gpu]",
+     "must be an integer"),
+])
+def test_job_pod_templates_keep_the_pod_rules(resources, field, reason):
+    """The same requests in the pod templates of batch/v1 Jobs, Volcano and Kubeflow jobs are
+    refused: the API server validates those as Pods."""
+    c = dict(container("pytorch"), resources=resources)
+    reject([job(pod_spec={"restartPolicy": "Never", "containers": [c]})],
+           "spec.template.spec.containers[0].resources." + field, reason)
+    reject([volcano([{"name": "w", "replicas": 1, "template": {"spec": {"containers": [c]}}}])],
+           "spec.tasks[0].template.spec.containers[0].resources." + field, reason)
+    pt = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+          "metadata": {"name": "pt", "namespace": "team-a", "labels": {QUEUE_LABEL: "q"}},
+          "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [c]}}}}}}
+    reject([pt], "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources." + field, reason)
+
+
 # --- parse_workload_document ---------------------------------------------------------------
 
 
