@@ -129,7 +129,10 @@ class ControlPlane(ClusterObjects):
     component (keys ``etcd``, ``kube-apiserver``, ``kube-controller-manager``,
     ``kube-scheduler``). ``controllers``: ``False`` starts only etcd and the API server (like
     envtest). ``node_monitor_grace_period``: seconds without a node heartbeat before the node
-    lifecycle controller marks it NotReady/Unknown (upstream default 40).
+    lifecycle controller marks it NotReady/Unknown (upstream default 40). ``watch_cache``:
+    ``True`` (upstream default), ``False`` (``--watch-cache=false``: every watch is served by
+    etcd, so :meth:`compact_etcd` makes older resourceVersions expire at once) or a list of
+    resources (``["configmaps", "jobs.batch"]``) whose watch cache is disabled.
 
     After :meth:`start`: ``url`` (``https://127.0.0.1:PORT``), ``ca_file``, ``kubeconfig_path``
     (admin, ``O=system:masters``), ``etcd_url``, ``pki`` (:class:`.pki.Pki`).
@@ -137,12 +140,14 @@ class ControlPlane(ClusterObjects):
 
     def __init__(self, workdir: str | os.PathLike, *, authorization: str = "Node,RBAC",
                  extra_args: dict[str, list[str]] | None = None, controllers: bool = True,
-                 node_monitor_grace_period: int = 40, start_timeout: float = 60.0):
+                 node_monitor_grace_period: int = 40, watch_cache: bool | list[str] = True,
+                 start_timeout: float = 60.0):
         self.workdir = Path(workdir).resolve()
         self.authorization = authorization
         self.extra_args = extra_args or {}
         self.controllers = controllers
         self.node_monitor_grace_period = int(node_monitor_grace_period)
+        self.watch_cache = watch_cache
         self.start_timeout = start_timeout
         self.bins: assets.Binaries | None = None
         self.pki: pki.Pki | None = None
@@ -305,8 +310,16 @@ class ControlPlane(ClusterObjects):
             "--kubelet-preferred-address-types", "InternalIP",
             "--allow-privileged=true",
             "--profiling=false",
+            *self._watch_cache_args(),
             *self.extra_args.get("kube-apiserver", []),
         ]
+
+    def _watch_cache_args(self) -> list[str]:
+        if self.watch_cache is True:
+            return []
+        if self.watch_cache is False:
+            return ["--watch-cache=false"]
+        return ["--watch-cache-sizes", ",".join(f"{r}#0" for r in self.watch_cache)]
 
     def _start_apiserver(self) -> None:
         proc = _Proc("kube-apiserver", self._apiserver_argv(), self.logs_dir / "kube-apiserver.log")
@@ -320,7 +333,7 @@ class ControlPlane(ClusterObjects):
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             proc = self._procs.pop(name, None)
             if proc is not None:
-                proc.stop()
+                proc.stop(grace=3.0)
         if self._admin_client is not None:
             try:
                 self._admin_client.close()
@@ -329,14 +342,16 @@ class ControlPlane(ClusterObjects):
             self._admin_client = None
             self._dynamic = None
 
-    def restart_apiserver(self, downtime: float = 0.0) -> None:
-        """Stop kube-apiserver (SIGTERM), wait ``downtime`` seconds, start it again on the same
-        port and wait for ``/readyz``. Clients keep working (same URL and CA); right after this
-        the API server may answer 403 for a moment (RBAC not loaded yet), and its watch cache
-        starts afresh, so a watch from a resourceVersion before the restart gets 410 Gone."""
+    def restart_apiserver(self, downtime: float = 0.0, grace: float = 2.0) -> None:
+        """Stop kube-apiserver (SIGTERM; SIGKILL after ``grace`` seconds: with clients connected
+        its graceful shutdown lasts 60 s), wait ``downtime`` seconds, start it again on the same
+        port and wait for ``/readyz`` (~3-5 s). Clients keep working (same URL and CA). Right
+        after this the API server may answer 403 for a moment (RBAC not loaded yet), and its
+        watch cache starts afresh: a watch from a resourceVersion older than the restart gets
+        410 Gone ("too old resource version")."""
         proc = self._procs.get("kube-apiserver")
         if proc is not None:
-            proc.stop()
+            proc.stop(grace=grace)
         if downtime:
             time.sleep(downtime)
         self._start_apiserver()
@@ -403,9 +418,11 @@ class ControlPlane(ClusterObjects):
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision (physically) and return that
         revision. Afterwards a watch *served by etcd* from an older resourceVersion fails with
-        410 Gone; the API server's watch cache still serves versions since its start, so to make
-        every older version expire combine this with :meth:`restart_apiserver` (or run the API
-        server with ``--watch-cache=false``)."""
+        410 Gone. With the watch cache on (the default) the API server serves watches from its
+        cache, which keeps every event since the API server started (for at least 75 s), so
+        such a watch still succeeds: use ``watch_cache=False`` (or a list of resources) for
+        compaction to bite, or :meth:`restart_apiserver`, after which older resourceVersions
+        get 410 from the fresh cache."""
         rev = self.etcd_revision()
         self._etcd_post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
         return rev
