@@ -356,10 +356,12 @@ class ControlPlane(ClusterObjects):
             time.sleep(downtime)
         self._start_apiserver()
 
-    def stop_component(self, name: str) -> None:
+    def stop_component(self, name: str, grace: float = 2.0) -> None:
         """Stop one component (``kube-scheduler``, ``kube-controller-manager``,
-        ``kube-apiserver`` or ``etcd``); :meth:`start_component` starts it again."""
-        self._procs[name].stop()
+        ``kube-apiserver`` or ``etcd``): SIGTERM, SIGKILL after ``grace`` seconds (the API
+        server's graceful shutdown takes 60 s while clients hold watches).
+        :meth:`start_component` starts it again (same flags and ports)."""
+        self._procs[name].stop(grace=grace)
 
     def start_component(self, name: str) -> None:
         """Start a component stopped with :meth:`stop_component` (same flags and ports)."""

@@ -20,7 +20,8 @@ Usage::
 
 ``counters()`` -> ``{"started", "succeeded", "failed", "start_error", "killed", "deleted"}``:
 processes started, exited 0, ended otherwise (incl. start errors), could not start, signals
-sent because of a deletion, final ``gracePeriodSeconds: 0`` DELETEs sent.
+sent because of a deletion, final ``gracePeriodSeconds: 0`` DELETEs sent, unexpected errors
+of pod workers (logged).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class NodeAgent:
         self._by_name: dict[tuple[str, str], PodWorker] = {}
         self._lock = threading.RLock()
         self._counters = dict.fromkeys(
-            ("started", "succeeded", "failed", "start_error", "killed", "deleted"), 0)
+            ("started", "succeeded", "failed", "start_error", "killed", "deleted", "errors"), 0)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool = ThreadPoolExecutor(4, thread_name_prefix="node-standin")

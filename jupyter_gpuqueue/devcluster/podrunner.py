@@ -25,6 +25,7 @@ Status writes: ``PUT pods/{name}/status`` with the last seen object (its resourc
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
 import signal
 import subprocess
@@ -32,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+log = logging.getLogger(__name__)
 
 WAITING_ANNOTATION = "devcluster.gpuqueue.io/waiting-reason"
 
@@ -124,10 +127,35 @@ class PodWorker:
         except ProcessLookupError:
             pass
 
+    def _call(self, fn: Callable[[], Any], outage: float = 300.0) -> Any:
+        """``fn()``, retried while the API server is unreachable or overloaded (status 0, 429,
+        5xx; 403 during the first 10 s, as right after an API server restart) for at most
+        ``outage`` seconds, like a kubelet riding out an API server restart. Returns None
+        once the agent is stopping (``gone``)."""
+        from ..backends.k8s_client import KubeApiError
+
+        t0 = time.monotonic()
+        wait = 0.1
+        while True:
+            if self.gone:
+                return None
+            try:
+                return fn()
+            except KubeApiError as e:
+                transient = e.status in (0, 429) or e.status >= 500 or (
+                    e.status == 403 and time.monotonic() - t0 < 10)
+                if not transient or time.monotonic() - t0 > outage:
+                    raise
+            time.sleep(wait)
+            wait = min(2.0, wait * 2)
+
     # -- the worker thread ------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             self._run_inner()
+        except Exception:  # noqa: BLE001 - a worker must never die silently
+            log.exception("node stand-in: pod %s/%s", self.namespace, self.name)
+            self.on_event("errors")
         finally:
             if self._kill_timer is not None:
                 self._kill_timer.cancel()
@@ -137,6 +165,9 @@ class PodWorker:
             try:
                 if deleting:
                     self.final_delete()
+            except Exception:  # noqa: BLE001
+                log.exception("node stand-in: delete pod %s/%s", self.namespace, self.name)
+                self.on_event("errors")
             finally:
                 self.finished.set()
 
@@ -213,7 +244,7 @@ class PodWorker:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
                 "preconditions": {"uid": self.uid}}
         try:
-            self.kube.request("DELETE", self.path, body=body)
+            self._call(lambda: self.kube.request("DELETE", self.path, body=body))
             self.on_event("deleted")
         except KubeApiError as e:
             if e.status not in (404, 409):
@@ -278,8 +309,9 @@ class PodWorker:
                 pod["status"]["conditions"] = status["conditions"] + [
                     c for c in old["conditions"] if c.get("type") == "DisruptionTarget"]
             try:
-                new = self.kube.request("PUT", self.path + "/status", body=pod)
-                self.observe(new)
+                new = self._call(lambda: self.kube.request("PUT", self.path + "/status", body=pod))
+                if new is not None:
+                    self.observe(new)
                 return
             except KubeApiError as e:
                 if e.status == 404:
@@ -288,7 +320,10 @@ class PodWorker:
                 if e.status != 409:
                     raise
             try:
-                self.observe(self.kube.get(self.path))
+                fresh = self._call(lambda: self.kube.get(self.path))
+                if fresh is None:
+                    return
+                self.observe(fresh)
             except KubeApiError as e:
                 if e.status == 404:
                     self.gone = True
