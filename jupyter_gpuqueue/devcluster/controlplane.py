@@ -54,6 +54,25 @@ class ControlPlaneError(RuntimeError):
     tail of its log."""
 
 
+def _pdeathsig_preexec():
+    """A ``preexec_fn`` making the child get SIGKILL when the thread that started it dies
+    (Linux ``PR_SET_PDEATHSIG``), so a killed test run leaves no components behind; None where
+    unavailable or when called off the main thread (the signal follows the *thread*)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -85,7 +104,7 @@ class _Proc:
             out.flush()
             self.popen = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True,
+                start_new_session=True, close_fds=True, preexec_fn=_pdeathsig_preexec(),
             )
         with _LIVE_LOCK:
             _LIVE.add(self)

@@ -26,8 +26,10 @@ of pod workers (logged).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import weakref
 import ssl
 import threading
 import time
@@ -42,6 +44,14 @@ log = logging.getLogger(__name__)
 DEFAULT_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110",
                        "ephemeral-storage": "1Ti"}
 KUBELET_VERSION = "v1.28.7"
+
+_AGENTS: "weakref.WeakSet[NodeAgent]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_agents_at_exit() -> None:
+    for agent in list(_AGENTS):
+        agent.stop()
 
 
 def _micro_now() -> str:
@@ -118,6 +128,7 @@ class NodeAgent:
         """Serve logs, start the Pod watch and the heartbeats. Returns self."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.server.start()
+        _AGENTS.add(self)
         for target, name in ((self._watch_loop, "node-standin-watch"),
                              (self._heartbeat_loop, "node-standin-heartbeat")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -128,7 +139,10 @@ class NodeAgent:
     def stop(self, remove_nodes: bool = False) -> None:
         """Stop watching and heartbeating, SIGKILL every running container process, stop the
         log server. ``remove_nodes``: also delete the Node objects. Idempotent."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        _AGENTS.discard(self)
         resp = self._watch_resp
         if resp is not None:
             try:
@@ -361,16 +375,30 @@ class NodeAgent:
         is kept so :meth:`stop` can shut it down)."""
         import json
 
-        from ..backends.k8s_client import KubeApiError, _status_error
+        from ..backends.k8s_client import KubeApiError
+
+        def _status_error(code: int, text: str) -> KubeApiError:
+            try:
+                st = json.loads(text)
+            except ValueError:
+                st = {}
+            st = st if isinstance(st, dict) else {}
+            return KubeApiError(int(st.get("code") or code), str(st.get("reason") or ""),
+                                str(st.get("message") or text[:500]), [], st)
 
         ac = self.api_client
         q = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", "60"),
              ("resourceVersion", rv)]
-        params = ac.param_serialize(method="GET", resource_path=path, query_params=q,
-                                    header_params={"Accept": "application/json"},
-                                    auth_settings=["BearerToken"])
+        hdr = {"Accept": "application/json"}
         try:
-            resp = ac.call_api(*params, _request_timeout=(10, 90)).response
+            if hasattr(ac, "param_serialize"):  # kubernetes >= 35
+                params = ac.param_serialize(method="GET", resource_path=path, query_params=q,
+                                            header_params=hdr, auth_settings=["BearerToken"])
+                resp = ac.call_api(*params, _request_timeout=(10, 90)).response
+            else:  # pragma: no cover - older clients
+                resp = ac.call_api(path, "GET", query_params=q, header_params=hdr,
+                                   auth_settings=["BearerToken"], _preload_content=False,
+                                   _return_http_data_only=True, _request_timeout=(10, 90))
         except Exception as exc:
             st = getattr(exc, "status", None)
             if isinstance(st, int) and st:

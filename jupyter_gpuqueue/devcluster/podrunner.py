@@ -201,13 +201,16 @@ class PodWorker:
                         raise _Deleted()
                     self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out,
                                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                 start_new_session=True, close_fds=True)
+                                                 start_new_session=True, close_fds=True,
+                                                 preexec_fn=_PDEATHSIG)
         except _Deleted:
             return
         except OSError as e:
             self.log_path.touch()
             self.on_event("start_error")
-            msg = f"failed to start container {c.get('name')!r}: exec: {argv[:1]}: {e}"
+            what = f'exec: "{argv[0]}": ' if argv else ""
+            msg = (f'failed to start container "{c.get("name")}": {what}'
+                   f"{(e.strerror or str(e)).lower() if argv else e}")
             term = {"exitCode": 128, "reason": "StartError", "message": msg,
                     "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now_rfc3339()}
             self._put_status(self._status("Failed", {"terminated": term}))
@@ -342,6 +345,25 @@ class PodWorker:
             return (f'container "{self.container_names[0]}" in pod "{self.name}" is waiting to '
                     "start: ContainerCreating")
         return None
+
+
+def _make_pdeathsig():
+    """``preexec_fn``: SIGKILL the container process when its worker thread (which waits for
+    it) dies, e.g. when the test run is killed."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return preexec
+
+
+_PDEATHSIG = _make_pdeathsig()
 
 
 class _Deleted(Exception):
