@@ -111,7 +111,8 @@ class KubeClient:
     ``request_timeout``: seconds for one non-watch request. ``forbidden_grace``: seconds after the
     last connection error during which a 403 is retried (RBAC still loading after a restart).
     ``counts``: requests sent, by verb (``GET``, ``POST``, ``PUT``, ``PATCH``, ``DELETE``,
-    ``WATCH``), retries included. Thread-safe (urllib3's pool is)."""
+    ``WATCH``), retries included, and failed ones by status (``"error 409"``; ``"error 0"``: no
+    answer). Thread-safe (urllib3's pool is)."""
 
     def __init__(self, api_client, *, attempts: int = 4, backoff_base: float = 0.2, backoff_max: float = 2.0,
                  request_timeout: float = 30.0, forbidden_grace: float = 20.0, sleep=time.sleep,
@@ -134,10 +135,13 @@ class KubeClient:
 
     def _unreachable(self, exc) -> KubeApiError:
         self.last_unreachable = self._monotonic()
+        self._count("error 0")
         return KubeApiError(0, "ConnectionError", f"cannot reach the API server: {exc}")
 
     def _classify(self, err: KubeApiError) -> KubeApiError:
-        """Mark a 403 that follows a connection error closely as transient (see the module doc)."""
+        """Mark a 403 that follows a connection error closely as transient (see the module doc);
+        count the error (``counts["error <status>"]``)."""
+        self._count(f"error {err.status}")
         if err.status == 403 and self.last_unreachable is not None \
                 and self._monotonic() - self.last_unreachable < self.forbidden_grace:
             err.transient = True

@@ -45,8 +45,10 @@ never be lost).
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -193,10 +195,41 @@ class KubernetesBackend:
         # The Job controller's FailedCreate events (events carry no labels of ours: field-selected).
         self.events = Informer(self.client, path_for(*EVENTS), None, field_selector=FAILED_CREATE, name="events")
         self._informers = [self.jobs, self.pods, self.events]
+        for inf in self._informers:
+            inf.on_change = self._changed
+        self._wakeup: Optional[Callable[[], None]] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._wake_pending = threading.Event()
         if start_informers:
             self.start_informers()
 
     # -- plumbing -----------------------------------------------------------------------------------
+    def set_wakeup(self, callback: Optional[Callable[[], None]]) -> None:
+        """Call ``callback()`` on the running asyncio loop's thread when a watched object changes
+        (a Pod runs, a Job completes), so that the service polls at once rather than at its next
+        periodic tick. Wake-ups are coalesced: at most one is queued on the loop at a time. Must
+        be called on the loop's thread (the service does it in ``start``); None turns it off."""
+        try:
+            self._loop = asyncio.get_running_loop() if callback is not None else None
+        except RuntimeError:
+            self._loop = None
+        self._wakeup = callback
+
+    def _changed(self) -> None:
+        """An informer's cache changed (called on its thread)."""
+        loop, cb = self._loop, self._wakeup
+        if loop is None or cb is None or self._wake_pending.is_set():
+            return
+        self._wake_pending.set()
+
+        def fire() -> None:
+            self._wake_pending.clear()
+            cb()
+        try:
+            loop.call_soon_threadsafe(fire)
+        except RuntimeError:  # the loop is closed
+            self._wake_pending.clear()
+
     def start_informers(self) -> None:
         for inf in self._informers:
             inf.start()

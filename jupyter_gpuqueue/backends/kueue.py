@@ -69,7 +69,8 @@ class KueueBackend(KubernetesBackend):
         self.kueue_version = kueue_version
         self.visibility_version = visibility_version or kueue_version
         self.visibility_interval = visibility_interval
-        self.workloads = Informer(self.client, path_for(KUEUE_GROUP, kueue_version, "workloads"), None, name="workloads")
+        self.workloads = Informer(self.client, path_for(KUEUE_GROUP, kueue_version, "workloads"), None,
+                                  on_change=self._changed, name="workloads")
         self._informers.append(self.workloads)
         self._wanted: frozenset = frozenset()  # {(namespace, local queue)} with pending runs
         self._positions: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, workload name) -> positions

@@ -1,4 +1,4 @@
-"""``jupyter gpuqueue bench submit | drain | panels``: the command line of the live benchmarks.
+"""``jupyter gpuqueue bench submit | drain | panels | k8s``: the command line of the live benchmarks.
 
 Without ``--url`` each benchmark starts its own server (:class:`.server.BenchServer`: a real
 ``jupyter server`` with token auth, SQLite ledger, local backend) with the stream's cluster
@@ -80,6 +80,24 @@ def add_bench_parser(sub, server_parent) -> None:
     b.add_argument("--no-borrowing", dest="borrowing", action="store_false")
 
 
+    k = bsub.add_parser("k8s", help="the Kubernetes backend against a real control plane",
+                        description="N workloads run as batch/v1 Jobs on a real kube-apiserver, "
+                        "kube-controller-manager and kube-scheduler (v1.28.7, started here from "
+                        "../shared/kube-assets or $GPUQUEUE_KUBE_ASSETS) with GPU nodes played by the "
+                        "node stand-in: admissions/s, submission to Job created, to Running, to "
+                        "Succeeded (p50/p99), API requests per workload, errors.")
+    k.add_argument("--n", type=positive_int, default=2000, help="workloads (2000)")
+    k.add_argument("--nodes", type=positive_int, default=25, help="GPU nodes (25)")
+    k.add_argument("--gpus-per-node", type=positive_int, default=80,
+                   help="GPUs per node (80: quota for every workload at once)")
+    k.add_argument("--batch", type=positive_int, default=50, help="submissions per batch (50)")
+    k.add_argument("--command", dest="job_command", default="sleep 1", help="the jobs' command ('sleep 1')")
+    k.add_argument("--kube-api-qps", type=positive_int, default=500,
+                   help="client QPS of the controller-manager and scheduler (500; upstream default 20)")
+    k.add_argument("--keep", action="store_true", help="keep the cluster's folder (logs)")
+    k.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
+
+
 def _server(args, *, borrowing: bool = True):
     from . import stream
     from .server import BenchServer, ExternalServer
@@ -110,6 +128,19 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
     from .panels import format_panels, run_panels
     from .submit import format_submit, run_submit
 
+    if args.bench == "k8s":
+        from ..devcluster.assets import missing_reason
+        from .k8s import format_k8s, run_k8s_bench
+
+        reason = missing_reason()
+        if reason:
+            print(f"bench k8s: no Kubernetes control plane: {reason}", file=err)
+            return 2
+        r = run_k8s_bench(args.n, nodes=args.nodes, gpus_per_node=args.gpus_per_node, batch=args.batch,
+                          command=shlex.split(args.job_command), kube_api_qps=args.kube_api_qps, keep=args.keep)
+        print(format_k8s(r), file=out)
+        _write_json(args, r, out)
+        return 0 if r["errorCount"] == 0 and r["succeeded"] == args.n else 1
     capacity = args.nodes * args.gpus_per_node
     if args.bench == "submit":
         command = shlex.split(args.job_command) if args.job_command else None

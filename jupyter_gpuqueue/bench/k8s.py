@@ -1,0 +1,243 @@
+"""``jupyter gpuqueue bench k8s``: the Kubernetes backend against a real control plane.
+
+N workloads are submitted to the queue service (batches of ``batch``, as ``POST workloads`` with
+``{"items": [...]}`` submits them: each item is checked by the API server's dry run), admitted by
+the engine, and run as batch/v1 Jobs: Job created (running, with the flavor's nodeSelector),
+Pod created by the Job controller, bound by kube-scheduler, run by the node stand-in (a real
+process: ``sleep 1`` by default), Job ``Complete``, reported Succeeded. The service runs in this
+process on its own asyncio loop (``QueueService.start``: the loop the Jupyter server runs it on,
+without the HTTP layer), with the Kubernetes backend's watches waking it.
+
+Without ``kubeconfig`` the benchmark starts its own control plane (``jupyter_gpuqueue.devcluster``:
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler v1.28.7 from ``../shared/kube-assets``
+or ``$GPUQUEUE_KUBE_ASSETS``) and ``nodes`` × ``gpus_per_node`` GPU nodes played by the node
+stand-in; the controller-manager's and scheduler's client rate limits are raised
+(``--kube-api-qps``), as Kubernetes' own scalability tests do, or the Job controller would create
+Pods at its default 20 per second.
+
+Figures (:func:`run_k8s_bench`): admissions per second (workloads whose Job was created running,
+per second from the first submission to the last such creation), p50/p99 seconds from
+submission to the Job created ("resumed") and to the first Running report, to Succeeded; API
+requests the queue sent per workload, by verb (watches apart), and its API errors; workloads
+that did not succeed. Timings are reported, never checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Optional
+
+PRODUCT = "NVIDIA-A100-SXM4-80GB"
+
+
+def _cluster_yaml(quota: int, namespaces: int) -> str:
+    docs = [f"""apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {{name: nvidia-a100}}
+spec:
+  nodeLabels: {{nvidia.com/gpu.product: {PRODUCT}}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {{name: bench}}
+spec:
+  namespaceSelector: {{}}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: nvidia-a100
+      resources: [{{name: nvidia.com/gpu, nominalQuota: {quota}}}]"""]
+    for i in range(namespaces):
+        docs.append(f"""apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {{name: q, namespace: bench-{i}}}
+spec: {{clusterQueue: bench}}""")
+    return "\n---\n".join(docs) + "\n"
+
+
+def _pct(values: list[float], q: float) -> Optional[float]:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
+def _summary(values: list[float]) -> dict:
+    return {"p50": _pct(values, 0.5), "p99": _pct(values, 0.99), "max": round(max(values), 3) if values else None,
+            "count": len(values)}
+
+
+class _Timing:
+    """Wraps the Kubernetes backend's ``start`` and ``poll`` to time each workload: when its Job
+    was created running, when a Running and a final report first came back."""
+
+    def __init__(self, backend):
+        self.resumed: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        start, poll = backend.start, backend.poll
+
+        def timed_start(spec):
+            info = start(spec)
+            if backend._runs.get(spec.uid) is not None and backend._runs[spec.uid].op is None:
+                self.resumed.setdefault(spec.uid, time.time())
+            return info
+
+        def timed_poll():
+            out = poll()
+            now = time.time()
+            for st in out:
+                if st.state == "Running":
+                    self.running.setdefault(st.uid, now)
+                elif st.state in ("Succeeded", "Failed"):
+                    self.finished.setdefault(st.uid, now)
+            for uid, run in backend._runs.items():  # starts retried from poll
+                if run.op is None and uid not in self.resumed and run.resumed_at is not None:
+                    self.resumed[uid] = now
+            return out
+
+        backend.start, backend.poll = timed_start, timed_poll
+
+
+async def _drive(svc, timing: _Timing, n: int, batch: int, command: list[str], namespaces: int,
+                 timeout: float) -> dict:
+    submitted: dict[str, float] = {}
+    names: dict[str, tuple[str, str]] = {}
+    t0 = time.time()
+    errors: list[str] = []
+    for i in range(0, n, batch):
+        items = [{"name": f"job-{j}", "command": command, "gpus": 1, "maxRuntimeSeconds": 600,
+                  "localQueue": f"bench-{j % namespaces}/q"} for j in range(i, min(n, i + batch))]
+        try:
+            views = await svc.submit_many_async(items, user="bench")
+        except Exception as exc:  # noqa: BLE001 - counted, reported
+            errors.append(f"submit {i}: {exc}")
+            continue
+        now = time.time()
+        for v in views:
+            submitted[v["uid"]] = now
+            names[v["uid"]] = (v["namespace"], v["name"])
+        await asyncio.sleep(0)
+    t_submitted = time.time()
+    deadline = t_submitted + timeout
+    while len(timing.finished) < len(submitted) and time.time() < deadline:
+        await asyncio.sleep(0.1)
+    return {"t0": t0, "tSubmitted": t_submitted, "submitted": submitted, "names": names, "errors": errors}
+
+
+def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, batch: int = 50,
+                  command: Optional[list[str]] = None, namespaces: int = 4, kube_api_qps: int = 500,
+                  timeout: float = 900.0, keep: bool = False) -> dict:
+    """Start a control plane and nodes, run the benchmark, stop them; the figures (module doc).
+    Raises ``devcluster.assets.AssetsMissing`` without the Kubernetes binaries."""
+    from ..devcluster.controlplane import ControlPlane
+    from ..devcluster.nodes import NodeAgent
+    from ..service import create_service
+
+    command = list(command or ["sleep", "1"])
+    work = tempfile.mkdtemp(prefix="gpuqueue-bench-k8s-")
+    qps = [f"--kube-api-qps={kube_api_qps}", f"--kube-api-burst={2 * kube_api_qps}"]
+    cp = ControlPlane(os.path.join(work, "kube"), authorization="Node,RBAC",
+                      extra_args={"kube-controller-manager": qps, "kube-scheduler": qps})
+    t_boot = time.time()
+    cp.start()
+    agent = NodeAgent.for_control_plane(cp, os.path.join(work, "nodes")).start()
+    svc = None
+    try:
+        for i in range(nodes):
+            agent.add_node(f"gpu-{i:03d}", allocatable={"nvidia.com/gpu": str(gpus_per_node)},
+                           labels={"nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.count": str(gpus_per_node)})
+        for i in range(namespaces):
+            cp.ensure_namespace(f"bench-{i}")
+        _wait_nodes_ready(cp, nodes)
+        boot_seconds = time.time() - t_boot
+        with open(os.path.join(work, "cluster.yaml"), "w") as f:
+            f.write(_cluster_yaml(nodes * gpus_per_node, namespaces))
+        svc = create_service(config_paths=[os.path.join(work, "cluster.yaml")], inventory_path=None,
+                             db_url=f"sqlite:///{os.path.join(work, 'ledger.sqlite')}", root_dir=work,
+                             data_dir=os.path.join(work, "state"), default_local_queue="bench-0/q",
+                             cycle_interval=0.5, backend="kubernetes",
+                             kubernetes={"api_client": cp.admin_api_client(), "image": "busybox:1.36"})
+        k8s = getattr(svc.backend, "inner", svc.backend)
+        timing = _Timing(k8s)
+        before = dict(k8s.client.counts)
+
+        async def main():
+            await svc.start()
+            try:
+                return await _drive(svc, timing, n, batch, command, namespaces, timeout)
+            finally:
+                await svc.stop()
+
+        r = asyncio.run(main())
+        counts = {k: v - before.get(k, 0) for k, v in k8s.client.counts.items()}
+        states: dict[str, int] = {}
+        for uid in r["submitted"]:
+            st = svc.get_workload(*r["names"][uid])["state"]
+            states[st] = states.get(st, 0) + 1
+        sub = r["submitted"]
+        resumed = [timing.resumed[u] - sub[u] for u in sub if u in timing.resumed]
+        running = [timing.running[u] - sub[u] for u in sub if u in timing.running]
+        finished = [timing.finished[u] - sub[u] for u in sub if u in timing.finished]
+        last_resumed = max((timing.resumed[u] for u in sub if u in timing.resumed), default=r["t0"])
+        verbs = {k: v for k, v in counts.items() if not k.startswith("error") and k != "WATCH"}
+        api_errors = {k: v for k, v in counts.items() if k.startswith("error")}
+        return {
+            "workloads": n, "submitted": len(sub), "states": states,
+            "succeeded": states.get("Succeeded", 0),
+            "nodes": nodes, "gpusPerNode": gpus_per_node, "batch": batch, "command": command,
+            "clusterBootSeconds": round(boot_seconds, 1),
+            "submitSeconds": round(r["tSubmitted"] - r["t0"], 2),
+            "admissionsPerSecond": round(len(resumed) / max(1e-9, last_resumed - r["t0"]), 1),
+            "submitToResumed": _summary(resumed), "submitToRunning": _summary(running),
+            "submitToSucceeded": _summary(finished),
+            "apiRequestsPerWorkload": round(sum(verbs.values()) / max(1, len(sub)), 2),
+            "apiRequestsByVerb": verbs, "watchRequests": counts.get("WATCH", 0), "apiErrors": api_errors,
+            "errors": r["errors"], "errorCount": len(r["errors"]) + sum(api_errors.values()),
+            "nodeAgent": agent.counters(), "loadAverage": os.getloadavg(),
+            "python": sys.version.split()[0],
+        }
+    finally:
+        if svc is not None:
+            svc.backend.close()
+            svc.ledger.close()
+        agent.stop()
+        cp.stop()
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait_nodes_ready(cp, count: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items, _ = cp.kube.list("/api/v1/nodes")
+        ok = [x for x in items if not (x.get("spec") or {}).get("taints")]
+        if len(ok) >= count:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{count} untainted nodes not ready after {timeout} s")
+
+
+def format_k8s(r: dict) -> str:
+    """The figures as text (BENCHMARKS.md's table)."""
+    def s(d):
+        return f"p50 {d['p50']} s, p99 {d['p99']} s (n={d['count']})"
+    return "\n".join([
+        f"bench k8s: {r['workloads']} workloads on {r['nodes']} nodes x {r['gpusPerNode']} GPUs "
+        f"(real kube-apiserver v1.28.7; command {' '.join(r['command'])}; batches of {r['batch']})",
+        f"  succeeded           {r['succeeded']}/{r['workloads']}   states {r['states']}",
+        f"  admissions/s        {r['admissionsPerSecond']}  (submissions took {r['submitSeconds']} s)",
+        f"  submit -> resumed   {s(r['submitToResumed'])}",
+        f"  submit -> running   {s(r['submitToRunning'])}",
+        f"  submit -> succeeded {s(r['submitToSucceeded'])}",
+        f"  API requests/wl     {r['apiRequestsPerWorkload']}  {r['apiRequestsByVerb']}  watches {r['watchRequests']}",
+        f"  errors              {r['errorCount']}  {r['apiErrors']} {r['errors'][:3]}",
+        f"  node stand-in       {r['nodeAgent']}",
+        f"  cluster boot        {r['clusterBootSeconds']} s; load average {tuple(round(x, 2) for x in r['loadAverage'])}",
+    ])
