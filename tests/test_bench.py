@@ -220,6 +220,7 @@ def test_generated_name_clash_with_a_finished_workload_is_drawn_again(tmp_path, 
     user did not choose)."""
     from jupyter_gpuqueue import service as service_mod
     from jupyter_gpuqueue.bench import stream
+    from jupyter_gpuqueue.service import names
 
     (tmp_path / "c.yaml").write_text(stream.cluster_yaml(borrowing=True))
     (tmp_path / "i.yaml").write_text(stream.inventory_yaml(1, 8))
@@ -229,7 +230,7 @@ def test_generated_name_clash_with_a_finished_workload_is_drawn_again(tmp_path, 
     # A finished workload holds the name the first draw gives.
     svc.ledger.add_workload({**_row(0, name="sleep-aaaaaa"), "state": "Succeeded", "finished_at": 1.0})
     draws = iter(["aaaaaa", "bbbbbb"])
-    monkeypatch.setattr(service_mod, "_random_hex", lambda digits: next(draws))
+    monkeypatch.setattr(names, "random_hex", lambda digits: next(draws))
 
     async def scenario():
         await svc.start()
@@ -247,18 +248,18 @@ def test_generated_name_clash_with_a_finished_workload_is_drawn_again(tmp_path, 
 def test_forked_processes_draw_different_uids():
     """Workload uids come from a PRNG seeded from the OS (os.urandom is slow on the benchmark VM);
     a server forked from a process that imported the service must not repeat its parent's uids."""
-    from jupyter_gpuqueue import service as service_mod
+    from jupyter_gpuqueue.service import names
 
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        os.write(w, service_mod._new_uid().encode())
+        os.write(w, names.new_uid().encode())
         os._exit(0)
     os.close(w)
     os.waitpid(pid, 0)
     child = os.read(r, 100).decode()
     os.close(r)
-    assert child != service_mod._new_uid()
+    assert child != names.new_uid()
 
 
 def test_devices_held_twice_reads_overlaps_from_the_ledger(tmp_path):

@@ -2,7 +2,7 @@
 moment flushed together, as one ``batch`` message to clients that connect with ``?batch=1`` and
 one by one to the others; failing, closed and stuck clients are dropped without hurting the rest.
 
-The synthetic events are emitted with ``QueueService._emit`` from the test, on the server's loop:
+The synthetic events are emitted with ``EventHub.emit`` (``QueueService.events``) from the test, on the server's loop:
 events emitted in one go (no await between them) are always flushed together."""
 
 from __future__ import annotations
@@ -87,13 +87,13 @@ async def test_events_of_one_moment_are_one_batch(jp_ws_fetch, gpuqueue_service,
     try:
         events = [{"type": "queues"}, {"type": "inventory"}, {"type": "queues"}]
         for event in events:
-            gpuqueue_service._emit(event)
+            gpuqueue_service.events.emit(event)
         message = await read(batched)
         assert message == {"type": "batch", "events": events}
         # clients that did not ask for batches get the same events one by one
         assert [await read(plain) for _ in events] == events
         # a lone event goes out as it is
-        gpuqueue_service._emit({"type": "inventory"})
+        gpuqueue_service.events.emit({"type": "inventory"})
         assert await read(batched) == {"type": "inventory"}
         assert await read(plain) == {"type": "inventory"}
     finally:
@@ -104,26 +104,26 @@ async def test_events_of_one_moment_are_one_batch(jp_ws_fetch, gpuqueue_service,
 async def test_an_event_that_is_not_json_is_dropped_alone(jp_ws_fetch, gpuqueue_service):
     ws = await connect(jp_ws_fetch)
     try:
-        gpuqueue_service._emit({"type": "queues"})
-        gpuqueue_service._emit({"type": "bad", "value": object()})
-        gpuqueue_service._emit({"type": "inventory"})
+        gpuqueue_service.events.emit({"type": "queues"})
+        gpuqueue_service.events.emit({"type": "bad", "value": object()})
+        gpuqueue_service.events.emit({"type": "inventory"})
         assert await read(ws) == {"type": "batch", "events": [{"type": "queues"}, {"type": "inventory"}]}
-        gpuqueue_service._emit({"type": "bad", "value": object()})
-        gpuqueue_service._emit({"type": "queues"})
+        gpuqueue_service.events.emit({"type": "bad", "value": object()})
+        gpuqueue_service.events.emit({"type": "queues"})
         assert await read(ws) == {"type": "queues"}  # one left: not a batch
     finally:
         ws.close()
 
 
 async def test_one_subscription_for_every_connection(jp_ws_fetch, gpuqueue_service, started):
-    before = len(gpuqueue_service._subscribers)
+    before = len(gpuqueue_service.events._subscribers)
     streams = [await connect(jp_ws_fetch) for _ in range(3)]
-    assert len(gpuqueue_service._subscribers) == before + 1
+    assert len(gpuqueue_service.events._subscribers) == before + 1
     assert len(broadcaster(started).clients) == 3
     for ws in streams:
         ws.close()
     deadline = time.monotonic() + TIMEOUT
-    while len(gpuqueue_service._subscribers) != before or broadcaster(started).clients:
+    while len(gpuqueue_service.events._subscribers) != before or broadcaster(started).clients:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
 
@@ -142,12 +142,12 @@ async def test_closed_and_failing_clients_do_not_hurt_the_others(jp_ws_fetch, gp
     broken.ws_connection.stream.write = write_fails  # every write to this client's socket fails
     try:
         gone.close()  # the server may not have heard of it yet
-        gpuqueue_service._emit({"type": "queues"})
-        gpuqueue_service._emit({"type": "inventory"})
+        gpuqueue_service.events.emit({"type": "queues"})
+        gpuqueue_service.events.emit({"type": "inventory"})
         assert await read(healthy) == {"type": "batch", "events": [{"type": "queues"}, {"type": "inventory"}]}
         assert broken not in broadcaster(started).clients
         assert await read(failing) is None  # the failing client was disconnected
-        gpuqueue_service._emit({"type": "queues"})
+        gpuqueue_service.events.emit({"type": "queues"})
         assert await read(healthy) == {"type": "queues"}
     finally:
         for ws in (failing, healthy):
@@ -173,9 +173,9 @@ class TestStuckClient:
         while stuck_handler in broadcaster(started).clients:
             assert sent < 1000, "the stuck client was never dropped"
             sent += 1
-            gpuqueue_service._emit({"type": "queues", "n": sent, "padding": padding})
+            gpuqueue_service.events.emit({"type": "queues", "n": sent, "padding": padding})
             assert (await read(healthy))["n"] == sent
-        gpuqueue_service._emit({"type": "inventory"})
+        gpuqueue_service.events.emit({"type": "inventory"})
         assert await read(healthy) == {"type": "inventory"}
         # the stuck client finds its stream closed once it reads again
         deadline = time.monotonic() + TIMEOUT

@@ -430,13 +430,13 @@ async def test_websocket_streams_workload_events(jp_fetch, jp_ws_fetch, started,
 
 
 async def test_closed_websocket_is_unsubscribed(jp_fetch, jp_ws_fetch, gpuqueue_service):
-    before = len(gpuqueue_service._subscribers)
+    before = len(gpuqueue_service.events._subscribers)
     ws = await jp_ws_fetch(*API, "events")
     await asyncio.wait_for(ws.read_message(), 10)
-    assert len(gpuqueue_service._subscribers) == before + 1
+    assert len(gpuqueue_service.events._subscribers) == before + 1
     ws.close()
     deadline = time.monotonic() + 10
-    while len(gpuqueue_service._subscribers) != before:
+    while len(gpuqueue_service.events._subscribers) != before:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
     # the service keeps working for others

@@ -335,28 +335,28 @@ def test_view_cost_from_memory_equals_the_ledger_through_eviction_cancel_and_res
     svc = make()
 
     def same(ns, name):
-        rec = svc._record(ns, name)
+        rec = svc.record(ns, name)
         now = svc.clock()
-        assert svc._cost_usd(rec, now) == pytest.approx(svc.ledger.cost_usd(rec["uid"], now), rel=1e-9, abs=1e-12)
+        assert svc.billing.cost_usd(rec, now) == pytest.approx(svc.ledger.cost_usd(rec["uid"], now), rel=1e-9, abs=1e-12)
 
     svc.submit({"name": "low", "command": [PY, "-c", "import time; time.sleep(60)"], "gpus": 2,
                 "flavor": "gpu-b", "localQueue": "two/q", "priorityClass": "low"}, user="bob")
     wait(svc, lambda: state(svc, "two", "low") == "Running")
-    assert svc._record("two", "low")["uid"] in svc._billing
+    assert svc.record("two", "low")["uid"] in svc.billing._billing
     time.sleep(0.2)
     same("two", "low")
     # a preemption closes its interval and requeues it; it is admitted again later (a new interval)
     svc.submit({"name": "high", "command": [PY, "-c", "import time; time.sleep(0.5)"], "gpus": 2,
                 "flavor": "gpu-b", "localQueue": "two/q", "priorityClass": "high"}, user="bob")
-    wait(svc, lambda: svc._record("two", "low")["evictions"] >= 1)
+    wait(svc, lambda: svc.record("two", "low")["evictions"] >= 1)
     same("two", "low")
     wait(svc, lambda: state(svc, "two", "low") == "Running")
     time.sleep(0.1)
     same("two", "low")
-    assert len(svc.ledger.intervals(svc._record("two", "low")["uid"])) == 2
+    assert len(svc.ledger.intervals(svc.record("two", "low")["uid"])) == 2
     # a restart: the intervals of the running job are not all known in memory: the ledger answers
     svc2 = make()
-    assert svc2._record("two", "low")["uid"] not in svc2._billing
+    assert svc2.record("two", "low")["uid"] not in svc2.billing._billing
     svc = svc2
     same("two", "low")
     svc.cancel("two", "low", user="bob")

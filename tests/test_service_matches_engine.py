@@ -118,9 +118,9 @@ def settle(svc, timeout=20.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
         svc.tick()
-        if not svc.stopping and not svc._dirty:
+        if not svc.stopping and not svc.dirty:
             svc.tick()
-            if not svc.stopping and not svc._dirty:
+            if not svc.stopping and not svc.dirty:
                 return
         time.sleep(0.02)
     raise AssertionError("the service did not settle")

@@ -1,6 +1,4 @@
-"""The cost side of :class:`~jupyter_gpuqueue.service.QueueService` (issue 6), as a mixin.
-
-QueueService stays the single owner of live state; this module holds its methods for:
+"""Costs and budgets (issue 6).
 
 - **Budget holds.** A new submission of a team whose *hard* budget is spent (``budgets.py``) is
   persisted and acknowledged like any other, but it is **not handed to the engine's Scheduler**:
@@ -10,8 +8,8 @@ QueueService stays the single owner of live state; this module holds its methods
   team is no longer over its hard limit (new month, budget raised or removed, limit made soft) are
   handed to the Scheduler in their original order (creation time); their original creation time
   keeps their place in the queue. An admin can lift the hold of one workload
-  (:meth:`lift_budget_hold`, audited); a lifted workload is never held again. Held workloads are
-  re-held after a restart (their reason is in the ledger).
+  (:meth:`Costs.lift_budget_hold`, audited); a lifted workload is never held again. Held workloads
+  are re-held after a restart (their reason is in the ledger).
 - **Spot flavors.** ResourceFlavors listed in ``spot_flavors`` are preemptible capacity with their
   own price (``GpuQueueApp.prices``); mark them with a ``nodeTaints`` entry as Kueue users do, and a
   submission with ``acceptSpot: true`` gets the matching tolerations. Such a job is started with
@@ -24,8 +22,10 @@ QueueService stays the single owner of live state; this module holds its methods
 - **GPU utilization.** Where the inventory came from NVML, the devices of running jobs are sampled
   every ``utilization_interval`` seconds (``inventory/nvml.utilization_rates``) into the ledger,
   for the reports' average utilization. Nowhere else is a utilization recorded.
-- **Reports and capacity:** :meth:`capacity_by_flavor` (GPU-equivalents per flavor, for idle
-  capacity), :meth:`report` (``ledger/reports.py`` over the ledger's intervals).
+- **Reports and capacity:** :meth:`Costs.capacity_by_flavor` (GPU-equivalents per flavor, for idle
+  capacity), :meth:`Costs.report` (``ledger/reports.py`` over the ledger's intervals).
+
+What a workload costs is ``billing``'s.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ import os
 import signal as signals
 from typing import Optional
 
-from .budgets import BUDGET_EXCEEDED, Budgets
-from .engine.model import GPU, MIG_PREFIX, PodSet, Toleration, apply_transformations, is_device_resource
-from .engine.placement import device_flavors
-from .errors import Conflict, ValidationError
-from .ledger import reports
+from ..budgets import BUDGET_EXCEEDED, Budgets
+from ..engine.model import GPU, MIG_PREFIX, Toleration
+from ..errors import Conflict, ValidationError
+from ..ledger import reports
+from . import names
 
 
 def _signal_number(name: str) -> int:
@@ -49,18 +49,25 @@ def _signal_number(name: str) -> int:
         raise ValidationError(f"unknown signal {name!r} (e.g. SIGUSR1)", "spot_signal") from None
 
 
-class CostsMixin:
-    """Budget holds, spot preemption notices, utilization sampling and reports (module docstring).
-    The host class provides ``records``, ``engine_workloads``, ``scheduler``, ``ledger``,
-    ``backend``, ``config``, ``inventory``, ``prices``, ``clock``, ``stopping``, ``data_dir`` and
-    the ``_emit*`` / ``_record`` / ``_view`` helpers of QueueService."""
+class Costs:
+    """Budget holds, spot preemption notices, utilization sampling and reports of ``service``."""
+
+    def __init__(self, service):
+        self.svc = service
+        self._costs = {"holds": {}, "spot_stops": {}, "last_check": 0.0, "last_sample": 0.0}
 
     budgets: Optional[Budgets] = None
+
     budget_check_interval = 2.0  # seconds between checks whether held workloads may go
+
     spot_flavors: frozenset = frozenset()
+
     spot_signal = "SIGUSR1"
+
     spot_grace_seconds = 30.0
+
     utilization_sampler = None  # callable(uuids) -> {uuid: percent}; set where NVML answers
+
     utilization_interval = 30.0
 
     def configure_costs(self, *, budgets: Optional[dict] = None, spot_flavors=(), spot_signal: str = "SIGUSR1",
@@ -72,16 +79,16 @@ class CostsMixin:
         ``utilization_interval`` (seconds, > 0) between NVML samples; ``utilization_sampler``
         ``"auto"`` (NVML when the inventory came from NVML, else none), None, or a callable
         ``uuids -> {uuid: percent}``. Raises ValidationError naming the trait."""
-        from .budgets import parse_budgets
-        from .inventory.nvml import utilization_rates
+        from ..budgets import parse_budgets
+        from ..inventory.nvml import utilization_rates
 
-        self.budgets = Budgets(self.ledger, parse_budgets(budgets or {}, "budgets"), self.clock)
+        self.budgets = Budgets(self.svc.ledger, parse_budgets(budgets or {}, "budgets"), self.svc.clock)
         names = [spot_flavors] if isinstance(spot_flavors, str) else list(spot_flavors or ())
         if not all(isinstance(n, str) and n for n in names):
             raise ValidationError("must be a list of ResourceFlavor names", "spot_flavors")
         for n in names:
-            if n not in self.config.resource_flavors:
-                self.log.warning("spot_flavors: ResourceFlavor %s is not configured (yet)", n)
+            if n not in self.svc.config.resource_flavors:
+                self.svc.log.warning("spot_flavors: ResourceFlavor %s is not configured (yet)", n)
         self.spot_flavors = frozenset(names)
         _signal_number(spot_signal)
         self.spot_signal = spot_signal
@@ -95,100 +102,95 @@ class CostsMixin:
                                   "utilization_interval")
         self.utilization_interval = float(utilization_interval)
         if utilization_sampler == "auto":
-            utilization_sampler = utilization_rates if self.inventory.source == "nvml" else None
+            utilization_sampler = utilization_rates if self.svc.inventory.source == "nvml" else None
         self.utilization_sampler = utilization_sampler
 
-    def _costs_state(self) -> dict:
-        st = self.__dict__.get("_costs")
-        if st is None:
-            st = self.__dict__["_costs"] = {"holds": {}, "spot_stops": {}, "last_check": 0.0, "last_sample": 0.0}
-        return st
+    def costs_state(self) -> dict:
+        return self._costs
 
     @property
     def budget_holds(self) -> dict[str, float]:
         """uid → creation time of the workloads held by a hard budget (reason BudgetExceeded)."""
-        return self._costs_state()["holds"]
+        return self.costs_state()["holds"]
 
-    # ------------------------------------------------------------------ budget holds
-
-    def _budget_hold_message(self, namespace: str, now: float) -> Optional[str]:
+    def budget_hold_message(self, namespace: str, now: float) -> Optional[str]:
         return self.budgets.hold_message(namespace, now) if self.budgets is not None else None
 
-    def _costs_tick(self, now: float) -> None:
+    def costs_tick(self, now: float) -> None:
         """Called by ``tick``: releases budget holds, sends due SIGTERMs of noticed spot jobs,
         samples utilization."""
-        st = self._costs_state()
+        st = self.costs_state()
         if st["holds"] and now - st["last_check"] >= self.budget_check_interval:
             st["last_check"] = now
             self.release_budget_holds(now)
         for uid, (at, message) in list(st["spot_stops"].items()):
             if now >= at:
                 del st["spot_stops"][uid]
-                if uid in self.records:
-                    self.backend.stop(uid, message, self.stop_grace_seconds)
+                if uid in self.svc.records:
+                    self.svc.backend.stop(uid, message, self.svc.stop_grace_seconds)
         if self.utilization_sampler is not None and now - st["last_sample"] >= self.utilization_interval:
             st["last_sample"] = now
-            self._sample_utilization(now)
+            self.sample_utilization(now)
 
     def release_budget_holds(self, now: Optional[float] = None) -> list[str]:
         """Hand every held workload whose team may spend again to the Scheduler, oldest first;
         returns their uids."""
-        now = self.clock() if now is None else now
+        now = self.svc.clock() if now is None else now
         holds = self.budget_holds
         if self.budgets is not None:
             self.budgets.invalidate()
         released = []
         for uid, _created in sorted(holds.items(), key=lambda kv: (kv[1], kv[0])):
-            rec = self.records.get(uid)
+            rec = self.svc.records.get(uid)
             if rec is None or rec["state"] != "Pending":
                 holds.pop(uid, None)
                 continue
-            if self._budget_hold_message(rec["namespace"], now) is None:
-                self._release_hold(uid)
+            if self.budget_hold_message(rec["namespace"], now) is None:
+                self.release_hold(uid)
                 released.append(uid)
         return released
 
-    def _release_hold(self, uid: str, lifted_by: Optional[str] = None) -> None:
-        rec = self.records[uid]
+    def release_hold(self, uid: str, lifted_by: Optional[str] = None) -> None:
+        rec = self.svc.records[uid]
         self.budget_holds.pop(uid, None)
         fields = {"reason": "Pending", "message": None}
         if lifted_by is not None:
             spec = dict(rec["spec"])
             spec["budgetHoldLiftedBy"] = lifted_by
             fields["spec"] = spec
-            now = self.clock()
-            with self.ledger.transaction():
-                self.ledger.update_workload(uid, **fields)
-                self.ledger.add_audit(actor=lifted_by, operation="lift-budget-hold",
+            now = self.svc.clock()
+            with self.svc.ledger.transaction():
+                self.svc.ledger.update_workload(uid, **fields)
+                self.svc.ledger.add_audit(actor=lifted_by, operation="lift-budget-hold",
                                       target=f"workload/{rec['namespace']}/{rec['name']}",
                                       before={"reason": BUDGET_EXCEEDED, "message": rec.get("message")},
                                       after={"reason": "Pending"}, at=now)
         else:
-            self.ledger.update_workload(uid, **fields)
+            self.svc.ledger.update_workload(uid, **fields)
         rec.update(fields)
-        self.scheduler.add_workload(self.engine_workloads[uid])
-        self.wake()
-        self._emit_workload(uid)
-        self._emit({"type": "queues"})
+        self.svc.scheduler.add_workload(self.svc.engine_workloads[uid])
+        self.svc.wake()
+        self.svc.events.emit_workload(uid)
+        self.svc.events.emit({"type": "queues"})
 
     def lift_budget_hold(self, namespace: str, name: str, *, actor: str) -> dict:
         """Admin: let one workload held by its team's hard budget enter the queue now (audited).
         Raises NotFound, Conflict (field ``name``) when the workload is not held. Returns its view."""
-        rec = self._record(namespace, name)
+        rec = self.svc.record(namespace, name)
         if rec["uid"] not in self.budget_holds:
             raise Conflict(f"workload {namespace}/{name} is not held by a budget (state {rec['state']}, "
                            f"reason {rec.get('reason')})", "name")
-        self._release_hold(rec["uid"], lifted_by=actor)
-        return self._view(self.records[rec["uid"]])
+        self.release_hold(rec["uid"], lifted_by=actor)
+        return self.svc.views.view(self.svc.records[rec["uid"]])
 
     def budgets_view(self, user: str) -> dict:
         """``{"month", "at", "teams": [Budgets.status], "myTeams": [namespace], "defaultTeam"}``:
         every team (a LocalQueue's namespace or a budget's) with its month-to-date spend."""
-        now = self.clock()
-        namespaces = {lq.namespace for lq in self.config.local_queues.values()}
-        budgets = self.budgets or Budgets(self.ledger, {}, self.clock)
-        mine = list(dict.fromkeys(k.split("/")[0] for k in self._allowed_local_queues(user)))
-        default = self._default_local_queue(user)
+        now = self.svc.clock()
+        namespaces = {lq.namespace for lq in self.svc.config.local_queues.values()}
+        budgets = self.budgets or Budgets(self.svc.ledger, {}, self.svc.clock)
+        mine = list(dict.fromkeys(k.split("/")[0] for k in self.svc.teams.allowed_local_queues(user)))
+        default = self.svc.teams.default_local_queue(user)
         return {"month": reports.month_of(now), "at": now, "teams": budgets.statuses(namespaces, now),
                 "myTeams": mine, "defaultTeam": default.split("/")[0] if default else None}
 
@@ -197,72 +199,70 @@ class CostsMixin:
         release holds it no longer justifies. Returns its status."""
         if not isinstance(namespace, str) or not namespace:
             raise ValidationError("must be a team's namespace", "namespace")
-        self._ensure_budgets().set(namespace, data, actor=actor)
-        return self._after_budget_change(namespace)
+        self.ensure_budgets().set(namespace, data, actor=actor)
+        return self.after_budget_change(namespace)
 
     def delete_budget(self, namespace: str, *, actor: str) -> dict:
         """Admin: drop the budget stored for ``namespace`` (the configured one applies again)."""
-        self._ensure_budgets().delete(namespace, actor=actor)
-        return self._after_budget_change(namespace)
+        self.ensure_budgets().delete(namespace, actor=actor)
+        return self.after_budget_change(namespace)
 
-    def _ensure_budgets(self) -> Budgets:
+    def ensure_budgets(self) -> Budgets:
         if self.budgets is None:
-            self.budgets = Budgets(self.ledger, {}, self.clock)
+            self.budgets = Budgets(self.svc.ledger, {}, self.svc.clock)
         return self.budgets
 
-    def _after_budget_change(self, namespace: str) -> dict:
-        now = self.clock()
+    def after_budget_change(self, namespace: str) -> dict:
+        now = self.svc.clock()
         self.release_budget_holds(now)
-        self._emit({"type": "budgets"})
+        self.svc.events.emit({"type": "budgets"})
         return self.budgets.status(namespace, now)
 
-    # ------------------------------------------------------------------ spot flavors
-
-    def _spot_tolerations(self) -> list[Toleration]:
+    def spot_tolerations(self) -> list[Toleration]:
         """Tolerations of every spot flavor's nodeTaints (added to ``acceptSpot`` submissions)."""
         out = []
         for name in sorted(self.spot_flavors):
-            fl = self.config.resource_flavors.get(name)
+            fl = self.svc.config.resource_flavors.get(name)
             for t in fl.node_taints if fl else []:
                 out.append(Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect))
         return out
 
-    def _on_spot(self, rec: dict) -> bool:
+    def on_spot(self, rec: dict) -> bool:
         adm = rec.get("admission") or {}
         return any(f in self.spot_flavors for a in adm.get("podSetAssignments", []) for f in a["flavors"].values())
 
-    def _notice_path(self, uid: str) -> str:
-        return os.path.join(self.data_dir, "preemption-notices", f"{uid}.json")
+    def notice_path(self, uid: str) -> str:
+        return os.path.join(self.svc.data_dir, "preemption-notices", f"{uid}.json")
 
-    def _spot_env(self, rec: dict) -> dict:
+    def spot_env(self, rec: dict) -> dict:
         """Environment of a job that accepts spot: GPUQUEUE_SPOT (1 on a spot flavor, else 0),
         GPUQUEUE_PREEMPTION_NOTICE_FILE / _SIGNAL / _GRACE_SECONDS. Empty for other jobs."""
         if not rec["spec"].get("acceptSpot"):
             return {}
-        path = self._notice_path(rec["uid"])
+        path = self.notice_path(rec["uid"])
         try:
             os.unlink(path)  # a notice of an earlier admission
         except OSError:
             pass
-        return {"GPUQUEUE_SPOT": "1" if self._on_spot(rec) else "0",
+        return {"GPUQUEUE_SPOT": "1" if self.on_spot(rec) else "0",
                 "GPUQUEUE_PREEMPTION_NOTICE_FILE": path,
                 "GPUQUEUE_PREEMPTION_SIGNAL": self.spot_signal,
                 "GPUQUEUE_PREEMPTION_GRACE_SECONDS": f"{self.spot_grace_seconds:g}"}
 
-    def _spot_notice(self, uid: str, reason: str, message: str, now: float) -> bool:
+    def spot_notice(self, uid: str, reason: str, message: str, now: float) -> bool:
         """If ``uid`` is a spot job that accepted spot and still runs here, tell it it will be
         preempted (notice file + signal) and schedule the stop ``spot_grace_seconds`` later.
         Returns False (nothing done) otherwise."""
-        rec = self.records[uid]
-        notify = getattr(self.backend, "signal", None)
-        if not (rec["spec"].get("acceptSpot") and self._on_spot(rec) and callable(notify)
-                and uid in self.backend.running()):
+        rec = self.svc.records[uid]
+        notify = getattr(self.svc.backend, "signal", None)
+        if not (rec["spec"].get("acceptSpot") and self.on_spot(rec) and callable(notify)
+                and uid in self.svc.backend.running()):
             return False
-        st = self._costs_state()
+        st = self.costs_state()
         if uid in st["spot_stops"]:
             return True  # already told
         deadline = now + max(0.0, float(self.spot_grace_seconds))
-        path = self._notice_path(uid)
+        path = self.notice_path(uid)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -274,139 +274,47 @@ class CostsMixin:
             return False
         run = dict(rec.get("run") or {})
         run.update(evictionDeadline=deadline, evictionReason=reason)
-        self.ledger.update_workload(uid, run=run)
+        self.svc.ledger.update_workload(uid, run=run)
         rec["run"] = run
-        self.stopping[uid] = "Preempted:" + reason
+        self.svc.stopping[uid] = "Preempted:" + reason
         st["spot_stops"][uid] = (deadline, message)
         return True
 
-    # ------------------------------------------------------------------ utilization
-
-    def _device_uuids(self, rec: dict) -> list[str]:
-        by_index = {(n.name, str(g.index)): g.uuid for n in self.inventory.nodes for g in n.gpus}
+    def device_uuids(self, rec: dict) -> list[str]:
+        by_index = {(n.name, str(g.index)): g.uuid for n in self.svc.inventory.nodes for g in n.gpus}
         out = []
         for p in (rec.get("admission") or {}).get("placements", []):
             for d in p["devices"]:
                 out.append(by_index.get((p["node"], d), d) if p.get("resource", GPU) == GPU else d)
         return out
 
-    def _sample_utilization(self, now: float) -> int:
+    def sample_utilization(self, now: float) -> int:
         """One NVML sample of every running job's devices into the ledger; returns how many."""
-        devices = {uid: self._device_uuids(rec) for uid, rec in self.records.items() if rec["state"] == "Running"}
+        devices = {uid: self.device_uuids(rec) for uid, rec in self.svc.records.items() if rec["state"] == "Running"}
         uuids = [u for us in devices.values() for u in us]
         if not uuids:
             return 0
         rates = self.utilization_sampler(uuids)
         samples = [(uid, u, now, rates[u]) for uid, us in devices.items() for u in us if u in rates]
-        return self.ledger.add_utilization_samples(samples)
-
-    # ------------------------------------------------------------------ billing and MIG transformations
-
-    # -- the cost of a workload, from memory ---------------------------------------------------------
-    # The ledger's usage intervals are the record of billing (reports, budgets, restarts). For the
-    # cost shown in a Workload view (every event and position query builds one) the service keeps
-    # a copy of the intervals it opened and closed itself, and sums them as Ledger.cost_usd does:
-    # one SQL query per view was a third of the server's time with 100 panels open (BENCHMARKS.md,
-    # "The live service"). A workload whose intervals the service did not all see (restored after
-    # a restart with some already open or closed) is asked of the ledger.
-
-    def _billing_opened(self, uid: str, start: float, rates: list[float], first: bool) -> None:
-        """Intervals of ``uid`` were opened at ``start`` (seconds), one per rate (USD per hour);
-        ``first``: the workload had no interval before, so all of them are known here."""
-        known = self._billing.setdefault(uid, []) if first else self._billing.get(uid)
-        if known is not None:
-            known.extend([start, None, rate] for rate in rates)
-
-    def _billing_closed(self, uid: str, end: float) -> None:
-        """Every open interval of ``uid`` was closed at ``end`` (never before its start, as
-        Ledger.close_intervals)."""
-        for iv in self._billing.get(uid, ()):
-            if iv[1] is None:
-                iv[1] = max(iv[0], end)
-
-    def _cost_usd(self, rec: dict, now: float) -> float:
-        """USD charged to the workload of ``rec`` so far: Σ usd_per_hour × hours of its intervals
-        (open ones up to ``now``), as Ledger.cost_usd; 0.0 for one never admitted."""
-        known = self._billing.get(rec["uid"])
-        if known is not None:
-            return sum(rate * max(0.0, (now if end is None else end) - start) / 3600.0
-                       for start, end, rate in known)
-        if rec.get("admitted_at") is None and not rec.get("evictions"):
-            return 0.0  # intervals are opened only at admission
-        return self.ledger.cost_usd(rec["uid"], now)
-
-    def _billable(self, wl) -> list[tuple[str, str, int]]:
-        """(flavor, device resource, quantity) an admitted engine Workload holds: its PodSets' GPU
-        and MIG requests × admitted count, in the flavor assigned to them, or, where a Kueue
-        ``Replace`` transformation counted them as other resources (e.g. GPU slices), in the flavor
-        assigned to those. What usage intervals are opened for (a MIG slice is billed as its share
-        of the GPU whatever quota it was charged to)."""
-        pods = {ps.name: ps for ps in wl.pod_sets}
-        out = []
-        for psa in wl.admission.pod_set_assignments:
-            ps = pods.get(psa.name)
-            if ps is None:
-                out.extend((f, r, int(psa.resource_usage.get(r, 0))) for r, f in psa.flavors.items())
-                continue
-            flavors = device_flavors(ps, psa.flavors, self.config.resource_transformations)
-            out.extend((flavors[r], r, q * psa.count) for r, q in ps.requests.items()
-                       if q > 0 and is_device_resource(r) and r in flavors)
-        return out
-
-    def _billable_json(self, admission: dict, spec: dict) -> list[tuple[str, str, int]]:
-        """:meth:`_billable` of a stored admission (``serialize.admission_to_dict``) and spec."""
-        pods = {p["name"]: p for p in spec.get("podSets", [])}
-        out = []
-        for psa in admission["podSetAssignments"]:
-            p = pods.get(psa["name"])
-            if p is None:
-                out.extend((f, r, int(psa["resourceUsage"].get(r, 0))) for r, f in psa["flavors"].items())
-                continue
-            requests = {r: int(q) for r, q in p["requests"].items()}
-            flavors = device_flavors(PodSet(p["name"], int(p.get("count", 1)), requests), psa["flavors"],
-                                     self.config.resource_transformations)
-            out.extend((flavors[r], r, q * int(psa["count"])) for r, q in requests.items()
-                       if q > 0 and is_device_resource(r) and r in flavors)
-        return out
-
-    def _transformed_inputs(self, covered: set) -> set:
-        """Resources whose transformation outputs (Kueue ``resources.transformations``) are all in
-        ``covered``: a MIG profile replaced by GPU slices is requestable where slices are offered."""
-        return {t.input for t in self.config.resource_transformations.values()
-                if t.outputs and all(o in covered for o in t.outputs)}
-
-    def _quota_resource(self, cq, ps: PodSet, resource: str) -> tuple[str, PodSet]:
-        """The resource ``ps``'s ``resource`` is charged to in ``cq``, and ``ps`` with its requests
-        as charged: itself when ``cq`` covers it, else its transformation's first covered output."""
-        t = self.config.resource_transformations.get(resource)
-        if cq is None or t is None or cq.group_for(resource) is not None:
-            return resource, ps
-        charged = apply_transformations(ps.requests, self.config.resource_transformations)
-        for o in sorted(t.outputs):
-            if cq.group_for(o) is not None:
-                return o, PodSet(ps.name, ps.count, charged, ps.min_count, ps.node_selector, ps.tolerations,
-                                 ps.required_affinity)
-        return resource, ps
-
-    # ------------------------------------------------------------------ capacity and reports
+        return self.svc.ledger.add_utilization_samples(samples)
 
     def capacity_by_flavor(self) -> dict[str, float]:
         """GPU-equivalents of the inventory per ResourceFlavor: the GPUs and MIG slices on the
         nodes matching its nodeLabels, of the resources some ClusterQueue offers in it (a MIG
         slice as its share of the GPU's compute slices)."""
-        alloc = self.scheduler.allocator
+        alloc = self.svc.scheduler.allocator
         out: dict[str, float] = {}
-        for fname, fl in self.config.resource_flavors.items():
-            nodes = [n for n in self.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
-            offered = {r for cq in self.config.cluster_queues.values() for rg in cq.resource_groups
+        for fname, fl in self.svc.config.resource_flavors.items():
+            nodes = [n for n in self.svc.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
+            offered = {r for cq in self.svc.config.cluster_queues.values() for rg in cq.resource_groups
                        for f in rg.flavors if f.name == fname for r in rg.covered_resources}
-            offered |= self._transformed_inputs(offered)
+            offered |= self.svc.billing.transformed_inputs(offered)
             total = 0.0
             for r in offered:
                 if not (r == GPU or r.startswith(MIG_PREFIX)) or alloc is None:
                     continue
                 _free, n = alloc.totals(r, nodes)
-                total += self.prices.gpu_equivalent(r, n)
+                total += self.svc.prices.gpu_equivalent(r, n)
             if total:
                 out[fname] = total
         return out
@@ -422,20 +330,20 @@ class CostsMixin:
         ValidationError naming ``kind``, ``month``, ``from`` or ``to``."""
         if kind not in reports.CSV_COLUMNS:
             raise ValidationError(f"unknown report {kind!r}; expected one of {', '.join(reports.CSV_COLUMNS)}", "kind")
-        now = self.clock()
+        now = self.svc.clock()
         since, until, label = reports.parse_period(month, date_from, date_to, now)
         end = min(until, now)  # nothing is used, nor idle, in the future
-        ivs = [i for i in self.ledger.report_intervals(now, since=since, until=until)
+        ivs = [i for i in self.svc.ledger.report_intervals(now, since=since, until=until)
                if (namespace is None or i["namespace"] == namespace) and (owner is None or i["owner"] == owner)]
         if kind == "jobs":
-            items = reports.job_report(ivs, since, end, self.ledger.utilization(since, until))
+            items = reports.job_report(ivs, since, end, self.svc.ledger.utilization(since, until))
         elif kind == "users":
             items = reports.user_report(ivs, since, end)
         elif kind == "teams":
-            teams = {lq.namespace for lq in self.config.local_queues.values()}
+            teams = {lq.namespace for lq in self.svc.config.local_queues.values()}
             if namespace is not None:
                 teams = {namespace}
-            items = reports.team_report(ivs, since, end, self.ledger.utilization(since, until), teams)
+            items = reports.team_report(ivs, since, end, self.svc.ledger.utilization(since, until), teams)
             budgets = self.budgets.all() if self.budgets is not None else {}
             for t in items:
                 b = budgets.get(t["namespace"])
@@ -443,13 +351,12 @@ class CostsMixin:
                 t["budgetUsd"] = b.monthly_usd if b else None
                 t["budget"] = b.to_json() if b else None
         elif kind == "flavors":
-            items = reports.flavor_report(ivs, since, end, self.capacity_by_flavor(), self.prices.price)
+            items = reports.flavor_report(ivs, since, end, self.capacity_by_flavor(), self.svc.prices.price)
         elif kind == "idle":
-            items = reports.idle_capacity(ivs, since, end, self.capacity_by_flavor(), self.prices.price)
+            items = reports.idle_capacity(ivs, since, end, self.capacity_by_flavor(), self.svc.prices.price)
         elif kind == "months":
             items = reports.month_report(ivs, since, end)
         else:
             items = reports.daily_spend(ivs, since, end)  # days up to today
         return {"kind": kind, "period": {"label": label, "since": since, "until": until}, "generatedAt": now,
                 "items": items}
-

@@ -1,0 +1,39 @@
+"""The service: the single owner of live state (DESIGN.md, "Layers").
+
+One module per responsibility, each a class composed into :class:`QueueService`:
+
+- ``queue_service``: QueueService, the live state and its loop; it owns the engine, the ledger,
+  the backend and the clock, wires the rest, and is the API the server, the hub and tests use;
+- ``submissions``: a request or a manifest → spec + engine Workload, with every check;
+- ``intake``: accepted submissions persisted (one by one or in a group commit), then queued;
+- ``admission``: a cycle's decisions applied: admit, launch, preempt, requeue, finish, maximum
+  run time, cancel; Kueue's decisions mirrored in delegation mode;
+- ``recovery``: the live state rebuilt from the ledger at start;
+- ``views``: the JSON the REST API returns; ``logs``: jobs' output;
+- ``configuration``: what admins apply (``admin.py``), stored and audited;
+- ``costs``: budgets and budget holds, spot notices, utilization, reports; ``billing``: what
+  admitted work is charged and has cost;
+- ``teams``: users and groups → LocalQueues; ``events``: the event stream's subscribers;
+- ``states`` (workload states), ``names`` (uids and names), ``factory`` (``create_service``).
+"""
+
+from .factory import DEMO_DIR, create_service
+from .queue_service import QueueService
+from .states import (
+    ACTIVE_STATES,
+    ADMITTED,
+    CANCELLED,
+    DEFAULT_MAX_RUNTIME,
+    FAILED,
+    FINISHED_STATES,
+    MAX_RUNTIME_LIMIT,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+)
+
+__all__ = [
+    "QueueService", "create_service", "DEMO_DIR",
+    "PENDING", "ADMITTED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "ACTIVE_STATES", "FINISHED_STATES",
+    "DEFAULT_MAX_RUNTIME", "MAX_RUNTIME_LIMIT",
+]

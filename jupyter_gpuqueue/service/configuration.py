@@ -1,0 +1,111 @@
+"""Configuration changes: the live queue configuration replaced by what admins apply (built and
+validated by ``admin.py``), stored in the ledger with an audit entry, and restored at the next start."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..engine.model import ClusterConfig
+from ..engine.scheduler import Scheduler
+from ..errors import GpuQueueError, ValidationError
+from ..ledger import Prices
+from .states import ACTIVE_STATES, PENDING
+
+
+class Configuration:
+    """Applies, loads and discards the live configuration of ``service``."""
+
+    def __init__(self, service):
+        self.svc = service
+
+    def apply_config(self, config: ClusterConfig, *, actor: str, operation: str, target: str = "",
+                     before=None, after=None, prices: Optional[Prices] = None) -> dict:
+        """Make ``config`` (and ``prices``, USD per GPU-hour, when given) the live configuration.
+
+        ``config`` must come validated from ``admin.py`` (Kueue's rules). The engine Scheduler is
+        rebuilt on it (``Scheduler.update_config``) with every active workload re-added: admitted
+        ones keep their admission, quota usage, admission time and devices, even where a lowered
+        quota no longer covers them (Kueue does not evict on a quota change; nothing new is
+        admitted there until usage is below the quota again); pending ones are re-queued in their
+        original order. The change, the whole configuration (Kueue YAML,
+        restored at the next start) and an audit entry (``actor``, ``operation`` on ``target``,
+        ``before`` → ``after``) are written in one ledger transaction before the swap; the next
+        scheduling cycle uses the new configuration.
+
+        Raises ValidationError (field ``localQueues``, nothing changed) when an active workload's
+        LocalQueue, the ClusterQueue behind it, or the ClusterQueue that admitted it would
+        disappear. Returns ``{"appliedAt": seconds, "auditId": int}``."""
+        from ..admin import config_to_yaml
+
+        lost = []
+        for rec in self.svc.records.values():
+            if rec["state"] not in ACTIVE_STATES:
+                continue
+            key, lq_key = f"{rec['namespace']}/{rec['name']}", f"{rec['namespace']}/{rec['local_queue']}"
+            lq = config.local_queues.get(lq_key)
+            if lq is None:
+                lost.append(f"{key} (LocalQueue {lq_key} would not exist)")
+            elif lq.cluster_queue not in config.cluster_queues:
+                lost.append(f"{key} (ClusterQueue {lq.cluster_queue} of LocalQueue {lq_key} would not exist)")
+            elif rec.get("admission") and rec["admission"]["clusterQueue"] not in config.cluster_queues:
+                lost.append(f"{key} (admitted by ClusterQueue {rec['admission']['clusterQueue']}, which would not exist)")
+        if lost:
+            more = f" and {len(lost) - 10} more" if len(lost) > 10 else ""
+            raise ValidationError(
+                "the new configuration drops queues that active workloads use; keep those queues, or let the "
+                f"workloads finish or cancel them first: {'; '.join(lost[:10])}{more}", "localQueues")
+        prices = prices or self.svc.prices
+        now = self.svc.clock()
+        moved = {}  # pending workloads whose LocalQueue now points to another ClusterQueue
+        for uid, rec in self.svc.records.items():
+            lq = config.local_queues.get(f"{rec['namespace']}/{rec['local_queue']}")
+            if rec["state"] == PENDING and lq is not None and lq.cluster_queue != rec.get("cluster_queue"):
+                moved[uid] = lq.cluster_queue
+        with self.svc.ledger.transaction():
+            self.svc.ledger.save_config(config_to_yaml(config), prices.to_json(), actor, now)
+            audit_id = self.svc.ledger.add_audit(actor=actor, operation=operation, target=target,
+                                             before=before, after=after, at=now)
+            for uid, cq in moved.items():
+                self.svc.ledger.update_workload(uid, cluster_queue=cq)
+        for uid, cq in moved.items():
+            self.svc.records[uid]["cluster_queue"] = cq
+        # The engine's live reconfiguration: quota tree and queues rebuilt, every admitted workload
+        # re-charged with its admission, admission time and devices, every pending one re-queued in
+        # its original order.
+        self.svc.scheduler.update_config(config)
+        self.svc.config, self.svc.prices = config, prices
+        self.svc.log.info("gpuqueue: %s applied %s %s", actor, operation, target)
+        self.svc.wake()
+        self.svc.events.emit({"type": "queues"})
+        self.svc.events.emit({"type": "inventory"})
+        return {"appliedAt": now, "auditId": audit_id}
+
+    def load_stored_config(self) -> bool:
+        """Before :meth:`start`: make the configuration admins applied last (stored in the ledger)
+        the live one, instead of the config files'. Returns False when none is stored. Raises
+        ValidationError (field ``storedConfig``) when the stored YAML no longer validates."""
+        from ..admin import load_config_text
+
+        row = self.svc.ledger.active_config()
+        if row is None:
+            return False
+        try:
+            config = load_config_text(row["kueue_yaml"], "stored configuration").config
+            prices = Prices.from_json(row["prices"])
+        except GpuQueueError as exc:
+            raise ValidationError(f"the stored configuration is invalid ({exc}); start with "
+                                  "GpuQueueApp.discard_stored_config=True to drop it", "storedConfig") from None
+        self.svc.config, self.svc.prices = config, prices
+        self.svc.scheduler = Scheduler(config, self.svc.scheduler.inventory, self.svc.scheduler.options)
+        return True
+
+    def discard_stored_config(self, *, actor: str) -> int:
+        """Drop every stored configuration (audited) so that the config files rule from the next
+        start on; returns how many were dropped."""
+        now = self.svc.clock()
+        with self.svc.ledger.transaction():
+            n = self.svc.ledger.discard_config()
+            if n:
+                self.svc.ledger.add_audit(actor=actor, operation="discard-stored-config", target="",
+                                      before={"storedConfigurations": n}, after=None, at=now)
+        return n

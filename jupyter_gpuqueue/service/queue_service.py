@@ -1,0 +1,409 @@
+"""QueueService: the single owner of live state, and the loop that drives it.
+
+Every change goes through here, in this order (DESIGN.md, "One submission, end to end"):
+
+1. A submission is validated (``submissions``), turned into an engine ``Workload``, **written to
+   the ledger** (``intake``), and only then acknowledged and queued.
+2. A background loop polls the backend, enforces maximum run times, and runs scheduling cycles
+   whenever something changed. An admission decision is **written to the ledger** (state,
+   admission, usage intervals: one transaction) before the backend is told to start the job
+   (``admission``).
+3. Finished, failed and cancelled jobs close their usage intervals and release quota and devices.
+4. On start, state is rebuilt from the ledger (``recovery``), so nothing acknowledged is lost and
+   quota is never over-committed.
+
+QueueService owns the engine (``scheduler``), the ledger, the backend, the clock and the live
+records (``records``, ``by_key``, ``engine_workloads``, ``stopping``), runs the loop (``tick``), and
+wires the collaborators, each given this service as the live state it works on: ``submissions``,
+``intake``, ``admission``, ``recovery``, ``views``, ``logs``, ``configuration``, ``costs``,
+``billing``, ``teams`` and ``events``. Its public methods are the API the server, the hub and the
+tests use; each hands the call to the collaborator that does it.
+
+All public methods run on the event-loop thread of the Jupyter server (the loop itself, the REST
+handlers and the event stream share it), so no locks are needed. They return JSON-ready dicts shaped
+as in ``docs/rest-api.md`` and raise ``jupyter_gpuqueue.errors`` exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from typing import Callable, Iterable, Optional
+
+from ..backends.base import Backend
+from ..engine import serialize
+from ..engine.model import ClusterConfig, Inventory, Workload
+from ..engine.scheduler import Scheduler, SchedulerOptions
+from ..errors import NotFound
+from ..ledger import Ledger, Prices
+from .admission import Admission
+from .billing import Billing
+from .configuration import Configuration
+from .costs import Costs
+from .events import EventHub
+from .intake import Intake
+from .logs import Logs
+from .recovery import Recovery
+from .states import FAILED, SUCCEEDED
+from .submissions import Submissions
+from .teams import Teams
+from .views import Views
+
+log = logging.getLogger("jupyter_gpuqueue")
+
+
+class QueueService:
+    """See the module docstring. Build it with ``create_service``."""
+
+    # Teams from JupyterHub groups (hub-service mode): set by the server.
+    mode = "standalone"
+    # Most Pending workloads per user (GpuQueueApp.max_pending_per_user); 0: no limit.
+    max_pending_per_user = 0
+    pending_cap_retry_after = 10.0  # seconds: the Retry-After hint when the cap is hit
+
+    def __init__(
+        self,
+        *,
+        config: ClusterConfig,
+        inventory: Inventory,
+        ledger: Ledger,
+        backend: Backend,
+        prices: Prices,
+        root_dir: str,
+        data_dir: str,
+        default_local_queue: Optional[str] = None,
+        default_priority_class: Optional[str] = None,
+        user_local_queues: Optional[dict[str, list[str]]] = None,
+        cycle_interval: float = 0.5,
+        stop_grace_seconds: float = 10.0,
+        lease_preemption_grace_seconds: float = 300.0,
+        lease_priority_class: Optional[str] = None,
+        python_executable: str = sys.executable,
+        options: Optional[SchedulerOptions] = None,
+        clock: Callable[[], float] = time.time,
+        logger: Optional[logging.Logger] = None,
+    ):
+        self.config = config
+        self.inventory = inventory
+        self.ledger = ledger
+        self.backend = backend
+        # Kueue delegation (backends/kueue.py): an installed Kueue admits; the engine only mirrors.
+        self.delegated = bool(getattr(backend, "delegates_admission", False))
+        self.kueue_positions: dict[str, tuple] = {}  # uid -> (positionInClusterQueue, positionInLocalQueue)
+        self.prices = prices
+        self.root_dir = os.path.abspath(root_dir)
+        self.data_dir = os.path.abspath(data_dir)
+        self.log_dir = os.path.join(self.data_dir, "logs")
+        self.default_local_queue = default_local_queue
+        self.default_priority_class = default_priority_class
+        self.user_local_queues = user_local_queues
+        self.cycle_interval = cycle_interval
+        self.stop_grace_seconds = stop_grace_seconds
+        # Notebook GPU leases (backends/lease.py): warned this many seconds before a preemption
+        # releases them; submitted at this priority class when they name none.
+        self.lease_preemption_grace_seconds = max(0.0, float(lease_preemption_grace_seconds))
+        self.lease_priority_class = lease_priority_class
+        self.python_executable = python_executable
+        self.clock = clock
+        self.log = logger or log
+        # The live service requeues parked workloads as soon as quota frees (no 1 s batching): a
+        # researcher's job should start the moment it can. And a preemptor gets the quota its
+        # victims freed before anyone else, so that real jobs are never preempted in a loop
+        # (SchedulerOptions.preemptor_first, docs/engine.md).
+        self.scheduler = Scheduler(config, inventory, options or SchedulerOptions(
+            requeue_batch_seconds=0.0, preemptor_first=True))
+        self.records: dict[str, dict] = {}  # uid -> ledger row (active and recently finished)
+        self.by_key: dict[str, str] = {}  # "namespace/name" -> uid
+        self.engine_workloads: dict[str, Workload] = {}  # uid -> engine Workload (active only)
+        self.stopping: dict[str, str] = {}  # uid -> why we stopped it (cancel / max runtime)
+        self.dirty = True
+        self._wake: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+        self.started = False
+        # Performance (BENCHMARKS.md, "The live service"): submissions through the REST API are
+        # committed in groups (ledger/group_commit.py, set up by start()); names of submissions
+        # whose commit is under way are reserved here. Events of a kind that only say "refetch"
+        # (queues, inventory) are sent once per event-loop turn (EventHub.emit_coalesced).
+        self.committer = None
+        self.tick_settle_seconds = 0.002  # see _loop
+        self.slicing = False  # in _loop's tick: scheduling yields after schedule_slice_seconds
+        self.inflight: set[str] = set()  # "namespace/name" of submissions being committed
+        # The collaborators, each one responsibility (this package's docstring).
+        self.events = EventHub(self)
+        self.billing = Billing(self)
+        self.costs = Costs(self)
+        self.teams = Teams(self)
+        self.submissions = Submissions(self)
+        self.intake = Intake(self)
+        self.admission = Admission(self)
+        self.recovery = Recovery(self)
+        self.views = Views(self)
+        self.logs = Logs(self)
+        self.configuration = Configuration(self)
+
+    async def start(self) -> None:
+        """Restore from the ledger, adopt live jobs, and start the background loop."""
+        if self.started:
+            return
+        self.recovery.restore()
+        from ..ledger.group_commit import GroupCommitter
+
+        self.committer = GroupCommitter(self.ledger)
+        self.committer.start()
+        self._wake = asyncio.Event()
+        if hasattr(self.backend, "set_wakeup"):
+            self.backend.set_wakeup(self.wake)  # local backend: reap a job the moment it ends
+        self._task = asyncio.create_task(self._loop(), name="gpuqueue-loop")
+        self.started = True
+
+    async def stop(self) -> None:
+        """Stop the loop. Running jobs keep running; the next start adopts them."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        self.started = False
+        if self.committer is not None:
+            self.committer.close()  # commits what is queued (those rows are restored at the next start)
+            self.committer = None
+        if self.admission._reasons_to_write:
+            try:
+                self.admission.write_reasons(self.clock())
+            except Exception:  # pragma: no cover - derived state; recomputed at the next start
+                self.log.warning("gpuqueue: could not write pending reasons at stop", exc_info=True)
+        if hasattr(self.backend, "set_wakeup"):
+            self.backend.set_wakeup(None)
+        if hasattr(self.backend, "close"):
+            self.backend.close()  # cluster backends: end their watch threads
+        self.ledger.close()
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.slicing = True
+            try:
+                self.tick()
+            except Exception:  # pragma: no cover - logged, the loop must go on
+                self.log.exception("gpuqueue: scheduling loop error")
+            finally:
+                self.slicing = False
+            # Sleep until woken (wake()) or cycle_interval has passed. Not asyncio.wait_for: on
+            # Python 3.11 a cancel (stop()) racing with its timeout could leave this task
+            # cancelling forever, and the server hung at shutdown.
+            timer = loop.call_later(self.cycle_interval, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+            # Let the changes of the next moment arrive too, so that a burst (submissions, jobs
+            # that ended) costs one tick, not one each (BENCHMARKS.md, "The live service").
+            await asyncio.sleep(self.tick_settle_seconds)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        self.dirty = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def tick(self) -> None:
+        """One pass of the loop: reap finished jobs, enforce run-time limits, schedule."""
+        statuses = self.backend.poll()
+        # After the poll: a job that ended meanwhile has a finish time before this tick's
+        # decisions (its devices are not given to another job "before" it ended).
+        now = self.clock()
+        if statuses:
+            # Every job that ended since the last tick in one transaction: one fsync, not one each.
+            with self.events.batch():
+                for st in statuses:
+                    if st.uid in self.records and st.state not in (SUCCEEDED, FAILED):
+                        self.admission.observe(st, now)  # cluster backends: Running / Waiting / Kueue's admissions
+                    elif st.uid in self.records:
+                        self.admission.finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
+        self.admission.enforce_max_runtime(now)
+        if self.admission._reasons_to_write and now - self.admission._reasons_written_at >= self.admission.reason_write_interval:
+            self.admission.write_reasons(now)
+        self.costs.costs_tick(now)  # budget holds, spot notices, utilization samples (service/costs.py)
+        if self.dirty:
+            self.dirty = False
+            self.admission.schedule(now)
+
+    def track(self, row: dict, wl: Workload) -> None:
+        self.records[row["uid"]] = row
+        self.by_key[f"{row['namespace']}/{row['name']}"] = row["uid"]
+        self.engine_workloads[row["uid"]] = wl
+
+    def engine_workload(self, row: dict) -> Workload:
+        spec = row["spec"]
+        return Workload(
+            namespace=row["namespace"],
+            name=row["name"],
+            queue_name=row["local_queue"],
+            pod_sets=[serialize.pod_set_from_dict(p) for p in spec["podSets"]],
+            priority=row["priority"],
+            priority_class=row.get("priority_class"),
+            creation_time=row["created_at"],
+            uid=row["uid"],
+            maximum_execution_time_seconds=spec.get("maxRuntimeSeconds"),
+        )
+
+    def record(self, namespace: str, name: str) -> dict:
+        uid = self.by_key.get(f"{namespace}/{name}")
+        if uid is not None:
+            return self.records[uid]
+        row = self.ledger.find_workload(namespace, name)
+        if row is None:
+            raise NotFound(f"workload {namespace}/{name} not found", "name")
+        return row
+
+    @property
+    def budget_holds(self) -> dict[str, float]:
+        """uid → creation time of the workloads held by a hard budget (``costs.budget_holds``)."""
+        return self.costs.budget_holds
+
+    @property
+    def budgets(self):
+        """The teams' budgets (``budgets.Budgets``), or None when none is configured (``costs``)."""
+        return self.costs.budgets
+
+    # -- recovery ------------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """:meth:`Recovery.restore`."""
+        return self.recovery.restore()
+
+    # -- events --------------------------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[dict], None]) -> Callable[[], None]:
+        """:meth:`EventHub.subscribe`."""
+        return self.events.subscribe(callback)
+
+    # -- teams ---------------------------------------------------------------------------------------
+    def use_group_teams(
+        self,
+        group_local_queues: dict[str, list[str]],
+        groups_of: Callable[[str], Iterable[str]],
+        *,
+        hint: Optional[str] = None,
+    ) -> None:
+        """:meth:`Teams.use_group_teams`."""
+        return self.teams.use_group_teams(group_local_queues, groups_of, hint=hint)
+
+    # -- submissions ---------------------------------------------------------------------------------
+    def submit(self, request: dict, *, user: str) -> dict:
+        """:meth:`Submissions.submit`."""
+        return self.submissions.submit(request, user=user)
+
+    def submit_manifest(self, text: str, *, user: str) -> list[dict]:
+        """:meth:`Submissions.submit_manifest`."""
+        return self.submissions.submit_manifest(text, user=user)
+
+    async def submit_async(self, request: dict, *, user: str) -> dict:
+        """:meth:`Submissions.submit_async`."""
+        return await self.submissions.submit_async(request, user=user)
+
+    async def submit_many_async(self, requests: list, *, user: str) -> list[dict]:
+        """:meth:`Submissions.submit_many_async`."""
+        return await self.submissions.submit_many_async(requests, user=user)
+
+    async def submit_manifest_async(self, text: str, *, user: str) -> list[dict]:
+        """:meth:`Submissions.submit_manifest_async`."""
+        return await self.submissions.submit_manifest_async(text, user=user)
+
+    # -- admission -----------------------------------------------------------------------------------
+    def cancel(self, namespace: str, name: str, *, user: str) -> dict:
+        """:meth:`Admission.cancel`."""
+        return self.admission.cancel(namespace, name, user=user)
+
+    # -- views ---------------------------------------------------------------------------------------
+    def info(self, user: str) -> dict:
+        """:meth:`Views.info`."""
+        return self.views.info(user)
+
+    def list_workloads(self, *, namespace: Optional[str] = None, owner: Optional[str] = None,
+                       states: Optional[Iterable[str]] = None) -> list[dict]:
+        """:meth:`Views.list_workloads`."""
+        return self.views.list_workloads(namespace=namespace, owner=owner, states=states)
+
+    def get_workload(self, namespace: str, name: str) -> dict:
+        """:meth:`Views.get_workload`."""
+        return self.views.get_workload(namespace, name)
+
+    def estimate(self, request: dict, *, user: str) -> dict:
+        """:meth:`Views.estimate`."""
+        return self.views.estimate(request, user=user)
+
+    def queues(self) -> dict:
+        """:meth:`Views.queues`."""
+        return self.views.queues()
+
+    def inventory_view(self) -> dict:
+        """:meth:`Views.inventory_view`."""
+        return self.views.inventory_view()
+
+    def prices_view(self) -> dict:
+        """:meth:`Views.prices_view`."""
+        return self.views.prices_view()
+
+    # -- logs ----------------------------------------------------------------------------------------
+    def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:
+        """:meth:`Logs.read_log`."""
+        return self.logs.read_log(namespace, name, user=user, offset=offset, limit=limit)
+
+    async def read_log_async(self, namespace: str, name: str, *, user: str, offset: int = 0,
+                             limit: int = 1 << 20) -> dict:
+        """:meth:`Logs.read_log_async`."""
+        return await self.logs.read_log_async(namespace, name, user=user, offset=offset, limit=limit)
+
+    # -- configuration -------------------------------------------------------------------------------
+    def apply_config(self, config: ClusterConfig, *, actor: str, operation: str, target: str = "",
+                     before=None, after=None, prices: Optional[Prices] = None) -> dict:
+        """:meth:`Configuration.apply_config`."""
+        return self.configuration.apply_config(config, actor=actor, operation=operation, target=target, before=before, after=after, prices=prices)
+
+    def load_stored_config(self) -> bool:
+        """:meth:`Configuration.load_stored_config`."""
+        return self.configuration.load_stored_config()
+
+    def discard_stored_config(self, *, actor: str) -> int:
+        """:meth:`Configuration.discard_stored_config`."""
+        return self.configuration.discard_stored_config(actor=actor)
+
+    # -- costs ---------------------------------------------------------------------------------------
+    def configure_costs(self, *, budgets: Optional[dict] = None, spot_flavors=(), spot_signal: str = "SIGUSR1",
+                        spot_grace_seconds: float = 30.0, utilization_interval: float = 30.0,
+                        utilization_sampler="auto") -> None:
+        """:meth:`Costs.configure_costs`."""
+        return self.costs.configure_costs(budgets=budgets, spot_flavors=spot_flavors, spot_signal=spot_signal, spot_grace_seconds=spot_grace_seconds, utilization_interval=utilization_interval, utilization_sampler=utilization_sampler)
+
+    def release_budget_holds(self, now: Optional[float] = None) -> list[str]:
+        """:meth:`Costs.release_budget_holds`."""
+        return self.costs.release_budget_holds(now)
+
+    def lift_budget_hold(self, namespace: str, name: str, *, actor: str) -> dict:
+        """:meth:`Costs.lift_budget_hold`."""
+        return self.costs.lift_budget_hold(namespace, name, actor=actor)
+
+    def budgets_view(self, user: str) -> dict:
+        """:meth:`Costs.budgets_view`."""
+        return self.costs.budgets_view(user)
+
+    def set_budget(self, namespace: str, data, *, actor: str) -> dict:
+        """:meth:`Costs.set_budget`."""
+        return self.costs.set_budget(namespace, data, actor=actor)
+
+    def delete_budget(self, namespace: str, *, actor: str) -> dict:
+        """:meth:`Costs.delete_budget`."""
+        return self.costs.delete_budget(namespace, actor=actor)
+
+    def capacity_by_flavor(self) -> dict[str, float]:
+        """:meth:`Costs.capacity_by_flavor`."""
+        return self.costs.capacity_by_flavor()
+
+    def report(self, kind: str, *, month: Optional[str] = None, date_from: Optional[str] = None,
+               date_to: Optional[str] = None, namespace: Optional[str] = None, owner: Optional[str] = None) -> dict:
+        """:meth:`Costs.report`."""
+        return self.costs.report(kind, month=month, date_from=date_from, date_to=date_to, namespace=namespace, owner=owner)

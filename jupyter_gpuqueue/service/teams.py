@@ -1,0 +1,86 @@
+"""Teams: which LocalQueues a user may submit to (``user_local_queues``, JupyterHub groups mapped to
+LocalQueues with ``use_group_teams``) and their default LocalQueue."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional
+
+from ..errors import Forbidden, ValidationError
+
+
+class Teams:
+    """Maps users to the LocalQueues they may submit to, over ``service``'s configuration."""
+
+    def __init__(self, service):
+        self.svc = service
+
+    group_local_queues: Optional[dict[str, list[str]]] = None
+
+    groups_of: Optional[Callable[[str], Iterable[str]]] = None
+
+    no_team_hint = "ask an admin to give you a LocalQueue (c.GpuQueueApp.user_local_queues)"
+
+    def use_group_teams(
+        self,
+        group_local_queues: dict[str, list[str]],
+        groups_of: Callable[[str], Iterable[str]],
+        *,
+        hint: Optional[str] = None,
+    ) -> None:
+        """Map groups (e.g. JupyterHub groups) to LocalQueues: a user may submit to the LocalQueues
+        of every group they are in (plus ``user_local_queues[user]``), the first being the default.
+
+        ``group_local_queues``: group name -> ["namespace/name", ...]. ``groups_of(user)`` -> the
+        user's group names (plain data; called on the event-loop thread, must not block). ``hint``:
+        what a user in no mapped group should do, appended to the 403. Raises ValidationError
+        (field ``group_local_queues[<group>]``) for a malformed mapping; a LocalQueue that is not
+        (yet) configured is only logged, since the configuration can change live."""
+        checked: dict[str, list[str]] = {}
+        if not isinstance(group_local_queues, dict):
+            raise ValidationError("must map group names to lists of LocalQueues", "group_local_queues")
+        for group, queues in group_local_queues.items():
+            field = f"group_local_queues[{group!r}]"
+            if isinstance(queues, str) or not isinstance(queues, (list, tuple)):
+                raise ValidationError("must be a list of 'namespace/name' LocalQueues", field)
+            for q in queues:
+                if not isinstance(q, str) or q.count("/") != 1 or "" in q.split("/"):
+                    raise ValidationError(f"{q!r} is not 'namespace/name' of a LocalQueue", field)
+                if q not in self.svc.config.local_queues:
+                    self.svc.log.warning("%s: LocalQueue %s is not configured (yet)", field, q)
+            checked[str(group)] = list(queues)
+        self.group_local_queues = checked
+        self.groups_of = groups_of
+        if hint:
+            self.no_team_hint = hint
+
+    def allowed_local_queues(self, user: str) -> list[str]:
+        if self.svc.user_local_queues is None and self.group_local_queues is None:
+            return sorted(self.svc.config.local_queues)
+        keys = list((self.svc.user_local_queues or {}).get(user, []))
+        if self.group_local_queues is not None and self.groups_of is not None:
+            for group in self.groups_of(user):
+                keys.extend(self.group_local_queues.get(group, []))
+        return [lq for lq in dict.fromkeys(keys) if lq in self.svc.config.local_queues]
+
+    def default_local_queue(self, user: str) -> Optional[str]:
+        allowed = self.allowed_local_queues(user)
+        if self.svc.default_local_queue in allowed:
+            return self.svc.default_local_queue
+        return allowed[0] if allowed else None
+
+    def resolve_local_queue(self, value, user: str) -> tuple[str, str]:
+        if value in (None, ""):
+            value = self.default_local_queue(user)
+            if value is None:
+                raise Forbidden(
+                    f"user {user} is not a member of any team (no LocalQueue): {self.no_team_hint}", "localQueue"
+                )
+        if not isinstance(value, str) or value.count("/") != 1:
+            raise ValidationError("must be 'namespace/name' of a LocalQueue", "localQueue")
+        if value not in self.svc.config.local_queues:
+            raise ValidationError(f"unknown LocalQueue {value}", "localQueue")
+        if value not in self.allowed_local_queues(user):
+            hint = "" if self.allowed_local_queues(user) else f": {self.no_team_hint}"
+            raise Forbidden(f"user {user} may not submit to LocalQueue {value}{hint}", "localQueue")
+        ns, name = value.split("/")
+        return ns, name

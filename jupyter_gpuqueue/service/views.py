@@ -1,0 +1,300 @@
+"""Views: the JSON the REST API returns (``docs/rest-api.md``): a Workload view (position, reason,
+cost so far, estimated cost), lists of workloads, ClusterQueues and LocalQueues with usage and their
+pending workloads in order, the inventory with each device's holder, prices, the user's info, and
+cost estimates before submitting."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from ..engine import serialize
+from ..engine.flavors import flavor_eligible
+from ..engine.model import GPU, MIG_PREFIX, PodSet, Workload
+from ..engine.quantity import format_quantity
+from ..errors import ValidationError
+from .states import DEFAULT_MAX_RUNTIME, PENDING, RUNNING
+
+
+def _version() -> str:
+    from ..version import __version__
+
+    return __version__
+
+
+class Views:
+    """Builds the API's JSON from ``service``'s live state and ledger."""
+
+    def __init__(self, service):
+        self.svc = service
+
+    def info(self, user: str) -> dict:
+        lqs = []
+        for key in self.svc.teams.allowed_local_queues(user):
+            lq = self.svc.config.local_queues[key]
+            lqs.append({"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue})
+        profiles = sorted(
+            {r[len(MIG_PREFIX):] for r in self.svc.submissions.known_resources() if r.startswith(MIG_PREFIX)},
+            key=lambda p: (int(p.split("g.")[0]), p),
+        )
+        pcs = [
+            {"name": pc.name, "value": pc.value, "kind": pc.kind, "description": pc.description}
+            for pc in sorted(
+                list(self.svc.config.priority_classes.values()) + list(self.svc.config.workload_priority_classes.values()),
+                key=lambda p: p.value,
+            )
+        ]
+        default_pc = self.svc.default_priority_class
+        if not default_pc:
+            pc = self.svc.config.default_priority_class()
+            default_pc = pc.name if pc else None
+        return {
+            "user": user,
+            "mode": self.svc.mode,
+            "version": _version(),
+            "localQueues": lqs,
+            "defaultLocalQueue": self.svc.teams.default_local_queue(user),
+            "flavors": sorted(self.svc.config.resource_flavors),
+            "migProfiles": profiles,
+            "priorityClasses": pcs,
+            "defaultPriorityClass": default_pc,
+            "defaultMaxRuntimeSeconds": DEFAULT_MAX_RUNTIME,
+            "pythonExecutable": self.svc.python_executable,
+            "rootDir": self.svc.root_dir,
+        }
+
+    def list_workloads(self, *, namespace: Optional[str] = None, owner: Optional[str] = None,
+                       states: Optional[Iterable[str]] = None) -> list[dict]:
+        """Workload views, newest first. Finished workloads come from the ledger."""
+        states = list(states) if states else None
+        rows = self.svc.ledger.list_workloads(states=states)
+        out_rows = []
+        for row in rows:
+            live = self.svc.records.get(row["uid"])
+            row = live if live is not None else row
+            if namespace and row["namespace"] != namespace:
+                continue
+            if owner and row["owner"] != owner:
+                continue
+            out_rows.append(row)
+        out_rows.sort(key=lambda r: r["created_at"], reverse=True)
+        costs = self.svc.ledger.costs_usd([r["uid"] for r in out_rows], self.svc.clock()) if out_rows else {}
+        return [self.view(r, cost=costs.get(r["uid"], 0.0)) for r in out_rows]
+
+    def get_workload(self, namespace: str, name: str) -> dict:
+        return self.view(self.svc.record(namespace, name))
+
+    def estimate(self, request: dict, *, user: str) -> dict:
+        """Cost estimate of a SubmitRequest before submitting: requested GPU-hours × price per hour of
+        the chosen flavor (with ``any``, the dearest flavor it could land on). Validates like submit,
+        except for the command."""
+        if not isinstance(request, dict):
+            raise ValidationError("the request body must be a JSON object", "body")
+        ns, lq = self.svc.teams.resolve_local_queue(request.get("localQueue"), user)
+        cq_name = self.svc.config.local_queues[f"{ns}/{lq}"].cluster_queue
+        self.svc.submissions.resolve_priority(request.get("priorityClass"))
+        max_runtime = self.svc.submissions.max_runtime(request)
+        ps = self.svc.submissions.pod_set_from_form(request, cq_name)
+        wl = Workload(namespace=ns, name="estimate", queue_name=lq, pod_sets=[ps])
+        self.svc.submissions.check_max_quota(wl, cq_name, "migProfile" if request.get("migProfile") else "gpus")
+        resource, qty = next(iter(ps.requests.items()))
+        flavor = self.likely_flavor(cq_name, ps, resource)
+        per_hour = self.svc.prices.usd_per_hour(flavor, resource, qty) if flavor else 0.0
+        gpu_eq = self.svc.prices.gpu_equivalent(resource, qty)
+        return {
+            "gpuHours": round(gpu_eq * max_runtime / 3600.0, 6),
+            "costUsd": round(per_hour * max_runtime / 3600.0, 6),
+            "pricePerHourUsd": round(per_hour, 6),
+            "flavor": flavor,
+            "resource": resource,
+            "quantity": qty,
+            "maxRuntimeSeconds": max_runtime,
+        }
+
+    def likely_flavor(self, cq_name: str, ps: PodSet, resource: str) -> Optional[str]:
+        cq = self.svc.config.cluster_queues.get(cq_name)
+        resource, ps = self.svc.billing.quota_resource(cq, ps, resource)  # through resources.transformations
+        rg = cq.group_for(resource) if cq else None
+        if rg is None:
+            return None
+        node = self.svc.scheduler.tree.cluster_queues[cq_name]
+        eligible = []
+        for fq in rg.flavors:
+            fl = self.svc.config.resource_flavors.get(fq.name)
+            if fl is None or flavor_eligible(fl, ps) is not None:
+                continue
+            if node.potential_available((fq.name, resource)) < ps.requests[resource] * ps.count:
+                continue
+            eligible.append(fq.name)
+        if not eligible:
+            return None
+        return max(eligible, key=lambda f: self.svc.prices.price(f))
+
+    def queues(self) -> dict:
+        """ClusterQueues with usage per flavor and resource, and their pending workloads in order."""
+        cqs = []
+        for name in sorted(self.svc.config.cluster_queues):
+            cq = self.svc.config.cluster_queues[name]
+            node = self.svc.scheduler.tree.cluster_queues[name]
+            resources = []
+            for rg in cq.resource_groups:
+                for fq in rg.flavors:
+                    for rq in fq.resources:
+                        fr = (fq.name, rq.name)
+                        resources.append({
+                            "flavor": fq.name,
+                            "resource": rq.name,
+                            "nominalQuota": format_quantity(rq.name, rq.nominal_quota),
+                            "borrowingLimit": None if rq.borrowing_limit is None else format_quantity(rq.name, rq.borrowing_limit),
+                            "lendingLimit": None if rq.lending_limit is None else format_quantity(rq.name, rq.lending_limit),
+                            "usage": format_quantity(rq.name, node.usage.get(fr, 0)),
+                            "borrowed": format_quantity(rq.name, node.borrowed(fr)),
+                        })
+            pending = []
+            for key in self.svc.scheduler.pending_keys(name):
+                uid = self.svc.by_key.get(key)
+                rec = self.svc.records.get(uid) if uid else None
+                if rec is None:
+                    continue
+                pos = (self.svc.kueue_positions.get(uid) if self.svc.delegated else self.svc.scheduler.position(key)) or (None, None)
+                reason = self.svc.scheduler.reason(key) or (None, None)
+                pending.append({
+                    "namespace": rec["namespace"], "name": rec["name"], "localQueue": rec["local_queue"],
+                    "owner": rec["owner"], "priority": rec["priority"], "priorityClass": rec.get("priority_class"),
+                    "positionInClusterQueue": pos[0], "positionInLocalQueue": pos[1],
+                    "reason": reason[0], "message": reason[1], "createdAt": rec["created_at"],
+                })
+            admitted = sum(1 for w in self.svc.scheduler.admitted.values() if w.admission.cluster_queue == name)
+            cqs.append({
+                "name": name, "cohort": cq.cohort, "queueingStrategy": cq.queueing_strategy,
+                "active": name not in self.svc.scheduler.inactive,
+                "resources": resources, "pendingWorkloads": len(pending), "admittedWorkloads": admitted,
+                "pending": pending,
+            })
+        lqs = []
+        for key in sorted(self.svc.config.local_queues):
+            lq = self.svc.config.local_queues[key]
+            q = self.svc.scheduler.queues.get(lq.cluster_queue)
+            adm = sum(
+                1 for w in self.svc.scheduler.admitted.values()
+                if w.namespace == lq.namespace and w.queue_name == lq.name
+            )
+            lqs.append({"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue,
+                        "pendingWorkloads": q.count_local_queue(key) if q else 0, "admittedWorkloads": adm})
+        return {"clusterQueues": cqs, "localQueues": lqs}
+
+    def inventory_view(self) -> dict:
+        """GPUs and MIG slices per flavor: free and total, and every device with its holder."""
+        alloc = self.svc.scheduler.allocator
+        summary = []
+        for fname in sorted(self.svc.config.resource_flavors):
+            fl = self.svc.config.resource_flavors[fname]
+            nodes = [n for n in self.svc.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
+            offered = {r for cq in self.svc.config.cluster_queues.values() for rg in cq.resource_groups
+                       for f in rg.flavors if f.name == fname for r in rg.covered_resources}
+            offered |= self.svc.billing.transformed_inputs(offered)
+            for resource in sorted(r for r in offered if r == GPU or r.startswith(MIG_PREFIX)):
+                free, total = alloc.totals(resource, nodes) if alloc else (0, 0)
+                if total == 0:
+                    continue
+                summary.append({"flavor": fname, "resource": resource, "free": free, "total": total})
+        nodes = []
+        owner = alloc.owner if alloc else {}
+        for n in self.svc.inventory.nodes:
+            gpus = []
+            for g in n.gpus:
+                gd = {"index": g.index, "uuid": g.uuid, "product": g.product, "memoryMiB": g.memory_mib,
+                      "assignedTo": owner.get(f"{n.name}/{g.index}") if g.mig is None else None, "mig": None}
+                if g.mig is not None:
+                    gd["mig"] = [{"uuid": d.uuid, "profile": d.profile, "slices": d.slices,
+                                  "assignedTo": owner.get(d.uuid)} for d in g.mig]
+                gpus.append(gd)
+            nodes.append({"name": n.name, "labels": dict(n.labels), "gpus": gpus})
+        return {"source": self.svc.inventory.source, "summary": summary, "nodes": nodes}
+
+    def prices_view(self) -> dict:
+        return self.svc.prices.to_json()
+
+    def price_per_hour(self, rec: dict) -> float:
+        adm = rec.get("admission")
+        if adm:
+            return sum(self.svc.prices.usd_per_hour(f, r, q) for f, r, q in self.svc.billing.billable_json(adm, rec["spec"]))
+        spec = rec["spec"]
+        total = 0.0
+        for p in spec["podSets"]:
+            ps = serialize.pod_set_from_dict(p)
+            for r, q in ps.requests.items():
+                if r == GPU or r.startswith(MIG_PREFIX):
+                    cq_name = rec.get("cluster_queue") or ""
+                    f = self.likely_flavor(cq_name, ps, r) if cq_name in self.svc.config.cluster_queues else None
+                    if f:
+                        total += self.svc.prices.usd_per_hour(f, r, q * ps.count)
+        return total
+
+    def view(self, rec: dict, cost: Optional[float] = None) -> dict:
+        key = f"{rec['namespace']}/{rec['name']}"
+        state = rec["state"]
+        pos = (self.svc.kueue_positions.get(rec["uid"]) if self.svc.delegated else self.svc.scheduler.position(key)) if state == PENDING else None
+        reason, message = rec.get("reason"), rec.get("message")
+        if state == PENDING:
+            live = None if self.svc.delegated else self.svc.scheduler.reason(key)
+            if live:
+                reason, message = live
+        adm = rec.get("admission")
+        spec = rec["spec"]
+        now = self.svc.clock()
+        if cost is None:
+            cost = self.svc.billing.cost_usd(rec, now)  # from memory where it can (service/costs.py)
+        per_hour = self.price_per_hour(rec)
+        max_rt = spec.get("maxRuntimeSeconds") or 0
+        placements = adm.get("placements", []) if adm else []
+        devices = [d for p in placements for d in p["devices"]]
+        pod_sets = []
+        for p in spec["podSets"]:
+            pod_sets.append({"name": p["name"], "count": p["count"],
+                             "requests": {r: format_quantity(r, int(v)) for r, v in p["requests"].items()}})
+        admission = None
+        if adm:
+            admission = {
+                "clusterQueue": adm["clusterQueue"],
+                "podSetAssignments": [
+                    {"name": a["name"], "count": a["count"], "flavors": a["flavors"],
+                     "resourceUsage": {r: format_quantity(r, int(v)) for r, v in a["resourceUsage"].items()}}
+                    for a in adm["podSetAssignments"]
+                ],
+            }
+        return {
+            "uid": rec["uid"],
+            "name": rec["name"],
+            "namespace": rec["namespace"],
+            "localQueue": rec["local_queue"],
+            "clusterQueue": rec.get("cluster_queue"),
+            "owner": rec["owner"],
+            "state": state,
+            "reason": reason,
+            "message": message,
+            "priorityClass": rec.get("priority_class"),
+            "priority": rec["priority"],
+            "positionInClusterQueue": pos[0] if pos else None,
+            "positionInLocalQueue": pos[1] if pos else None,
+            "podSets": pod_sets,
+            "admission": admission,
+            "placement": placements,
+            "visibleDevices": ",".join(devices) if adm else None,
+            "kind": spec.get("kind") or "Job",
+            "evictionDeadline": (rec.get("run") or {}).get("evictionDeadline") if state == RUNNING else None,
+            "command": spec["command"],
+            "workingDir": spec["workingDir"],
+            "maxRuntimeSeconds": max_rt,
+            "createdAt": rec["created_at"],
+            "admittedAt": rec.get("admitted_at"),
+            "startedAt": rec.get("started_at"),
+            "finishedAt": rec.get("finished_at"),
+            "exitCode": rec.get("exit_code"),
+            "evictions": rec.get("evictions", 0),
+            "costUsd": round(cost, 6),
+            "estimatedCostUsd": round(per_hour * max_rt / 3600.0, 6),
+            "pricePerHourUsd": round(per_hour, 6),
+            "estimatedStartAt": None,
+            "acceptSpot": bool(spec.get("acceptSpot")),
+            "budgetWarning": self.svc.costs.budgets.warning(rec["namespace"], now) if self.svc.costs.budgets is not None else None,
+        }
