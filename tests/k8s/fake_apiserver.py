@@ -63,9 +63,6 @@ RESOURCES = {
     ("scheduling.k8s.io", "priorityclasses"): (("v1",), "PriorityClass", False, False),
     ("", "events"): (("v1",), "Event", True, False),
 }
-# The labels the API server adds to a Job's pod template on create (v1.28: both generations).
-JOB_TEMPLATE_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid",
-                       "job-name")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -96,7 +93,8 @@ def _qualified(group: str, plural: str) -> str:
 def invalid(group: str, plural: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """422 as the API server words it: ``Job.batch "x" is invalid: field: message``."""
     gk = f"{kind}.{group}" if group else kind
-    text = "; ".join(f"{f}: {m}" for f, _r, m in causes)
+    parts = list(dict.fromkeys(f"{f}: {m}" for f, _r, m in causes))  # an aggregate: duplicates once
+    text = parts[0] if len(parts) == 1 else f"[{', '.join(parts)}]"
     return ApiError(422, "Invalid", f'{gk} "{name}" is invalid: {text}', {
         "name": name, "group": group, "kind": kind,
         "causes": [{"reason": r, "message": m, "field": f} for f, r, m in causes]})
@@ -536,7 +534,7 @@ class FakeCluster:
             if key not in self.job_counts:
                 self.job_counts[key] = {}
                 self._event(job, "Warning", "FailedCreate",
-                            f'Error creating: pods "{job["metadata"]["name"]}-xxxxx" is forbidden: no PriorityClass '
+                            f'Error creating: pods "{job["metadata"]["name"]}-" is forbidden: no PriorityClass '
                             f"with name {pc} was found")
             return None
         t = copy.deepcopy(job["spec"]["template"])
@@ -952,14 +950,21 @@ class FakeCluster:
         if spec.get("manualSelector"):
             return []
         labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        meta = job.get("metadata") or {}
+        expected = {"controller-uid": meta.get("uid"), "job-name": meta.get("name"),
+                    "batch.kubernetes.io/controller-uid": meta.get("uid"),
+                    "batch.kubernetes.io/job-name": meta.get("name")}
         causes = []
-        for k in JOB_TEMPLATE_LABELS:
-            if not labels.get(k):
-                causes.append((f"spec.template.metadata.labels[{k}]", "FieldValueRequired", "Required value"))
+        for k in ("controller-uid", "job-name", "batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name"):
+            if labels.get(k) != expected[k]:
+                causes.append((f"spec.template.metadata.labels[{k}]", "FieldValueRequired",
+                               f"Required value: must be '{expected[k]}'"))
         want = ((spec.get("selector") or {}).get("matchLabels") or {})
         if any(labels.get(k) != v for k, v in want.items()):
-            causes.append(("spec.template.metadata.labels", "FieldValueInvalid",
-                           "Invalid value: `selector` does not match template `labels`"))
+            shown = ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items()))
+            cause = ("spec.template.metadata.labels", "FieldValueInvalid",
+                     f"Invalid value: map[string]string{{{shown}}}: `selector` does not match template `labels`")
+            causes += [cause, cause]  # v1.28 reports it twice (ValidateJob and the update's check)
         return causes
 
     def _job_update_rules(self, old: dict, new: dict) -> list[tuple[str, str, str]]:
