@@ -7,7 +7,8 @@ None: in-cluster service account, else ``$KUBECONFIG`` / ``~/.kube/config``), ``
 namespace → cluster namespace), ``image`` (container image of Jobs built from the form),
 ``pod_template`` (partial PodSpec merged into them, see ``k8s_jobs.apply_pod_template``),
 ``volcano`` (bool), ``volcano_queue``, ``kueue_version``, ``visibility_interval``,
-``pods_ready_timeout`` (seconds; see ``backends/kubernetes.py``).
+``pods_ready_timeout`` (seconds; see ``backends/kubernetes.py``), ``start_concurrency`` (Jobs created
+by worker threads, at most this many at a time; 0: on the service's thread; default 8).
 """
 
 from __future__ import annotations
@@ -63,4 +64,5 @@ class ClusterConnection:
         from .kubernetes import KubernetesBackend
 
         return KubernetesBackend(self.client, volcano=bool(o.get("volcano")), volcano_queue=o.get("volcano_queue"),
-                                 pods_ready_timeout=float(o.get("pods_ready_timeout") or 300.0), **common)
+                                 pods_ready_timeout=float(o.get("pods_ready_timeout") or 300.0),
+                                 start_concurrency=int(o.get("start_concurrency", 8)), **common)

@@ -48,14 +48,18 @@ from __future__ import annotations
 import asyncio
 import calendar
 import logging
+import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..engine.model import ClusterConfig
 from ..errors import Conflict, Forbidden, GpuQueueError, ValidationError
 from .base import FAILED, SUCCEEDED, RunInfo, RunStatus
+
+STARTED = "Started"  # a start done in a worker thread has created (or adopted) the Job
 from .k8s_client import KubeApiError, KubeClient, path_for
 from .k8s_informer import Informer
 from .k8s_jobs import (
@@ -146,6 +150,7 @@ class _Run:
     op_next: float = 0.0
     op_first: float = 0.0
     last_error: str = ""
+    inflight: bool = False  # its start runs in a worker thread (start_concurrency)
 
 
 class KubernetesBackend:
@@ -160,6 +165,12 @@ class KubernetesBackend:
     gang scheduling with Volcano (``schedulerName: volcano`` + a PodGroup with ``minMember``).
     ``pods_ready_timeout``: seconds after a resume within which a Pod of the Job must exist (see
     the module docstring; Kueue's ``waitForPodsReady.timeout`` defaults to 5 minutes too).
+    ``start_concurrency``: with N > 0, :meth:`start` returns at once and the Job is created by one
+    of N worker threads (the service's loop does not wait for the API server; N creates are in
+    flight together); the outcome comes back from :meth:`poll`: ``Started`` (the service records
+    the run only then, so that a restart before it creates the Job again, idempotently: a Job with
+    our uid label is adopted), or ``Failed`` with the API server's message. 0: :meth:`start`
+    creates the Job itself and raises its errors.
     ``start_informers``: False only in unit tests that drive :meth:`resync` themselves.
     """
 
@@ -175,7 +186,8 @@ class KubernetesBackend:
                  volcano: bool = False,
                  volcano_queue: Optional[str] = None, retry_budget_seconds: float = 600.0,
                  retry_max_delay: float = 60.0, sync_timeout: float = 10.0, start_informers: bool = True,
-                 pods_ready_timeout: float = 300.0, clock: Callable[[], float] = time.time):
+                 pods_ready_timeout: float = 300.0, start_concurrency: int = 0,
+                 clock: Callable[[], float] = time.time):
         self.client = client if isinstance(client, KubeClient) else KubeClient(client)
         self.config = config or ClusterConfig()
         self.image = image
@@ -188,6 +200,9 @@ class KubernetesBackend:
         self.sync_timeout = sync_timeout
         self.clock = clock
         self.pods_ready_timeout = pods_ready_timeout
+        self._pool = (ThreadPoolExecutor(max_workers=int(start_concurrency), thread_name_prefix="k8s-start")
+                      if start_concurrency and start_concurrency > 0 else None)
+        self._started: "queue.SimpleQueue[tuple[_Run, Optional[BaseException]]]" = queue.SimpleQueue()
         self._runs: dict[str, _Run] = {}
         self._priority_classes: dict[str, float] = {}  # PriorityClass name -> when it was seen to exist
         self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs")
@@ -234,10 +249,18 @@ class KubernetesBackend:
         for inf in self._informers:
             inf.start()
 
+    @property
+    def starts_async(self) -> bool:
+        """True when :meth:`start` hands the Job's creation to a worker (``start_concurrency``)."""
+        return self._pool is not None
+
     def close(self) -> None:
-        """Stop the watch threads (they are daemons; this only makes them end sooner)."""
+        """Stop the watch threads (they are daemons; this only makes them end sooner) and the
+        start workers (starts in flight finish; their Jobs are adopted at the next start)."""
         for inf in self._informers:
             inf.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def namespace_for(self, team_namespace: str) -> str:
         return self.namespaces.get(team_namespace, team_namespace)
@@ -278,6 +301,10 @@ class KubernetesBackend:
         run = _Run(uid=req.uid, namespace=req.namespace, name=req.name, req=req, since=self.clock(),
                    floor=self.clock())
         self._runs[req.uid] = run
+        if self._pool is not None:
+            run.op, run.op_first, run.inflight = "start", self.clock(), True
+            self._pool.submit(self._start_in_worker, run, job)
+            return self._run_info(run)
         try:
             self._create_and_resume(run, job)
         except KubeApiError as err:
@@ -290,6 +317,51 @@ class KubernetesBackend:
             del self._runs[req.uid]
             raise
         return self._run_info(run)
+
+    def _start_in_worker(self, run: _Run, job: dict) -> None:
+        """A worker thread's start: create (or adopt) and resume; the outcome is queued for
+        :meth:`poll` (which alone changes the run's state), and the service's loop woken."""
+        err: Optional[BaseException] = None
+        try:
+            self._create_and_resume(run, job)
+        except BaseException as exc:  # noqa: BLE001 - handed to poll, which reports it
+            err = exc
+        self._started.put((run, err))
+        self._changed()
+
+    def _started_outcomes(self, now: float) -> list[RunStatus]:
+        """Outcomes of the starts done by workers since the last poll: ``Started`` (with the
+        run, for the service to record), or ``Failed`` for a permanent error; a transient one is
+        retried from poll like any deferred start. A stop or preemption asked for meanwhile is
+        carried out now that the Job exists."""
+        out: list[RunStatus] = []
+        while True:
+            try:
+                run, err = self._started.get_nowait()
+            except queue.Empty:
+                return out
+            run.inflight = False
+            if self._runs.get(run.uid) is not run:
+                continue
+            if err is None:
+                run.op = None
+                out.append(RunStatus(run.uid, STARTED, None, now, "", details={"run": self._run_info(run).to_json()}))
+                if run.mode == "deleting":
+                    self._try(run, "delete")
+                elif run.mode == "suspending":
+                    self._try(run, "suspend")
+            elif isinstance(err, KubeApiError) and err.retryable:
+                self._defer(run, "start", err)
+            else:
+                del self._runs[run.uid]
+                if isinstance(err, KubeApiError):
+                    msg = str(self._start_error(err, run))
+                elif isinstance(err, GpuQueueError):
+                    msg = f"could not start: {err.message}"
+                else:
+                    log.exception("kubernetes: starting Job %s/%s failed", run.namespace, run.name, exc_info=err)
+                    msg = f"could not start: {err}"
+                out.append(RunStatus(run.uid, FAILED, None, now, run.reason if run.mode == "deleting" else msg))
 
     def dry_run(self, uid: str, workload: dict) -> None:
         """Validate the workload's Job with the API server before the submission is acknowledged
@@ -468,6 +540,8 @@ class KubernetesBackend:
         if run is None:
             return
         run.mode, run.reason = "deleting", reason or "stopped"
+        if run.inflight:
+            return  # deleted once its start is done (_started_outcomes)
         self._try(run, "delete")
 
     def suspend(self, uid: str, reason: str, grace_seconds: float = 10.0) -> None:
@@ -480,6 +554,8 @@ class KubernetesBackend:
         if run.mode == "deleting":
             return
         run.mode, run.reason = "suspending", reason or "preempted"
+        if run.inflight:
+            return  # suspended once its start is done (_started_outcomes)
         self._try(run, "suspend")
 
     def _try(self, run: _Run, op: str) -> None:
@@ -523,7 +599,7 @@ class KubernetesBackend:
     def _retry_due(self, now: float) -> list[RunStatus]:
         out = []
         for run in list(self._runs.values()):
-            if run.op is None or now < run.op_next:
+            if run.op is None or run.inflight or now < run.op_next:
                 continue
             op = run.op
             try:
@@ -677,7 +753,8 @@ class KubernetesBackend:
         tracked), and ``Running`` / ``Waiting`` (informational, state name in ``RunStatus.state``,
         the time in ``finished_at``). Nothing until the informers have listed once."""
         now = self.clock()
-        out = self._retry_due(now)
+        out = self._started_outcomes(now)
+        out += self._retry_due(now)
         if not all(inf.synced.is_set() for inf in self._informers if inf is not self.events):
             # (events only add messages: a role without `list events` must not stall the queue)
             return out

@@ -91,6 +91,7 @@ def add_bench_parser(sub, server_parent) -> None:
     k.add_argument("--gpus-per-node", type=positive_int, default=80,
                    help="GPUs per node (80: quota for every workload at once)")
     k.add_argument("--batch", type=positive_int, default=50, help="submissions per batch (50)")
+    k.add_argument("--clients", type=positive_int, default=4, help="concurrent submitters (4)")
     k.add_argument("--command", dest="job_command", default="sleep 1", help="the jobs' command ('sleep 1')")
     k.add_argument("--kube-api-qps", type=positive_int, default=500,
                    help="client QPS of the controller-manager and scheduler (500; upstream default 20)")
@@ -137,6 +138,7 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
             print(f"bench k8s: no Kubernetes control plane: {reason}", file=err)
             return 2
         r = run_k8s_bench(args.n, nodes=args.nodes, gpus_per_node=args.gpus_per_node, batch=args.batch,
+                          clients=args.clients,
                           command=shlex.split(args.job_command), kube_api_qps=args.kube_api_qps, keep=args.keep)
         print(format_k8s(r), file=out)
         _write_json(args, r, out)

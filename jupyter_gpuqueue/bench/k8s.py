@@ -1,7 +1,8 @@
 """``jupyter gpuqueue bench k8s``: the Kubernetes backend against a real control plane.
 
-N workloads are submitted to the queue service (batches of ``batch``, as ``POST workloads`` with
-``{"items": [...]}`` submits them: each item is checked by the API server's dry run), admitted by
+N workloads are submitted to the queue service by ``clients`` concurrent submitters (batches of
+``batch``, as ``POST workloads`` with ``{"items": [...]}`` submits them: each item is checked by the
+API server's dry run, off the loop, side by side), admitted by
 the engine, and run as batch/v1 Jobs: Job created (running, with the flavor's nodeSelector),
 Pod created by the Job controller, bound by kube-scheduler, run by the node stand-in (a real
 process: ``sleep 1`` by default), Job ``Complete``, reported Succeeded. The service runs in this
@@ -106,24 +107,29 @@ class _Timing:
 
 
 async def _drive(svc, timing: _Timing, n: int, batch: int, command: list[str], namespaces: int,
-                 timeout: float) -> dict:
+                 timeout: float, clients: int) -> dict:
     submitted: dict[str, float] = {}
     names: dict[str, tuple[str, str]] = {}
     t0 = time.time()
     errors: list[str] = []
-    for i in range(0, n, batch):
-        items = [{"name": f"job-{j}", "command": command, "gpus": 1, "maxRuntimeSeconds": 600,
-                  "localQueue": f"bench-{j % namespaces}/q"} for j in range(i, min(n, i + batch))]
-        try:
-            views = await svc.submit_many_async(items, user="bench")
-        except Exception as exc:  # noqa: BLE001 - counted, reported
-            errors.append(f"submit {i}: {exc}")
-            continue
-        now = time.time()
-        for v in views:
-            submitted[v["uid"]] = now
-            names[v["uid"]] = (v["namespace"], v["name"])
-        await asyncio.sleep(0)
+    starts = list(range(0, n, batch))
+
+    async def client() -> None:  # one of `clients` submitters, each waiting for its answer
+        while starts:
+            i = starts.pop(0)
+            items = [{"name": f"job-{j}", "command": command, "gpus": 1, "maxRuntimeSeconds": 600,
+                      "localQueue": f"bench-{j % namespaces}/q"} for j in range(i, min(n, i + batch))]
+            try:
+                views = await svc.submit_many_async(items, user="bench")
+            except Exception as exc:  # noqa: BLE001 - counted, reported
+                errors.append(f"submit {i}: {exc}")
+                continue
+            now = time.time()
+            for v in views:
+                submitted[v["uid"]] = now
+                names[v["uid"]] = (v["namespace"], v["name"])
+
+    await asyncio.gather(*(client() for _ in range(clients)))
     t_submitted = time.time()
     deadline = t_submitted + timeout
     while len(timing.finished) < len(submitted) and time.time() < deadline:
@@ -131,13 +137,15 @@ async def _drive(svc, timing: _Timing, n: int, batch: int, command: list[str], n
     return {"t0": t0, "tSubmitted": t_submitted, "submitted": submitted, "names": names, "errors": errors}
 
 
-def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, batch: int = 50,
+def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, batch: int = 50, clients: int = 4,
                   command: Optional[list[str]] = None, namespaces: int = 4, kube_api_qps: int = 500,
                   timeout: float = 900.0, keep: bool = False) -> dict:
     """Start a control plane and nodes, run the benchmark, stop them; the figures (module doc).
     Raises ``devcluster.assets.AssetsMissing`` without the Kubernetes binaries."""
+    import json
+    import subprocess
+
     from ..devcluster.controlplane import ControlPlane
-    from ..devcluster.nodes import NodeAgent
     from ..service import create_service
 
     command = list(command or ["sleep", "1"])
@@ -147,12 +155,14 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                       extra_args={"kube-controller-manager": qps, "kube-scheduler": qps})
     t_boot = time.time()
     cp.start()
-    agent = NodeAgent.for_control_plane(cp, os.path.join(work, "nodes")).start()
+    # The node stand-in runs in a process of its own, as kubelets do (k8s_nodes.py).
+    agent = subprocess.Popen([sys.executable, "-m", "jupyter_gpuqueue.bench.k8s_nodes", str(cp.workdir), str(nodes),
+                              str(gpus_per_node), PRODUCT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     svc = None
+    node_counters: dict = {}
     try:
-        for i in range(nodes):
-            agent.add_node(f"gpu-{i:03d}", allocatable={"nvidia.com/gpu": str(gpus_per_node)},
-                           labels={"nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.count": str(gpus_per_node)})
+        if agent.stdout.readline().strip() != "ready":
+            raise RuntimeError("the node stand-in did not start")
         for i in range(namespaces):
             cp.ensure_namespace(f"bench-{i}")
         _wait_nodes_ready(cp, nodes)
@@ -171,11 +181,13 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
         async def main():
             await svc.start()
             try:
-                return await _drive(svc, timing, n, batch, command, namespaces, timeout)
+                return await _drive(svc, timing, n, batch, command, namespaces, timeout, clients)
             finally:
                 await svc.stop()
 
         r = asyncio.run(main())
+        agent.stdin.close()
+        node_counters.update(json.loads(agent.stdout.readline() or "{}"))
         counts = {k: v - before.get(k, 0) for k, v in k8s.client.counts.items()}
         states: dict[str, int] = {}
         for uid in r["submitted"]:
@@ -191,7 +203,7 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
         return {
             "workloads": n, "submitted": len(sub), "states": states,
             "succeeded": states.get("Succeeded", 0),
-            "nodes": nodes, "gpusPerNode": gpus_per_node, "batch": batch, "command": command,
+            "nodes": nodes, "gpusPerNode": gpus_per_node, "batch": batch, "clients": clients, "command": command,
             "clusterBootSeconds": round(boot_seconds, 1),
             "submitSeconds": round(r["tSubmitted"] - r["t0"], 2),
             "admissionsPerSecond": round(len(resumed) / max(1e-9, last_resumed - r["t0"]), 1),
@@ -200,14 +212,22 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
             "apiRequestsPerWorkload": round(sum(verbs.values()) / max(1, len(sub)), 2),
             "apiRequestsByVerb": verbs, "watchRequests": counts.get("WATCH", 0), "apiErrors": api_errors,
             "errors": r["errors"], "errorCount": len(r["errors"]) + sum(api_errors.values()),
-            "nodeAgent": agent.counters(), "loadAverage": os.getloadavg(),
+            "nodeAgent": node_counters, "loadAverage": os.getloadavg(),
             "python": sys.version.split()[0],
         }
     finally:
         if svc is not None:
             svc.backend.close()
             svc.ledger.close()
-        agent.stop()
+        if agent.poll() is None:
+            try:
+                agent.stdin.close()
+            except OSError:
+                pass
+            try:
+                agent.wait(30)
+            except subprocess.TimeoutExpired:
+                agent.kill()
         cp.stop()
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -230,7 +250,7 @@ def format_k8s(r: dict) -> str:
         return f"p50 {d['p50']} s, p99 {d['p99']} s (n={d['count']})"
     return "\n".join([
         f"bench k8s: {r['workloads']} workloads on {r['nodes']} nodes x {r['gpusPerNode']} GPUs "
-        f"(real kube-apiserver v1.28.7; command {' '.join(r['command'])}; batches of {r['batch']})",
+        f"(real kube-apiserver v1.28.7; command {' '.join(r['command'])}; {r['clients']} clients, batches of {r['batch']})",
         f"  succeeded           {r['succeeded']}/{r['workloads']}   states {r['states']}",
         f"  admissions/s        {r['admissionsPerSecond']}  (submissions took {r['submitSeconds']} s)",
         f"  submit -> resumed   {s(r['submitToResumed'])}",

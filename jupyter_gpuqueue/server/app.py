@@ -294,6 +294,12 @@ class GpuQueueApp(ExtensionApp):
         "v1beta1", help="""Kueue backend: API version of Kueue's Workload and visibility APIs.""",
     ).tag(config=True)
 
+    kube_start_concurrency = Int(
+        8,
+        help="""Kubernetes backend: Jobs created by worker threads, at most this many at a time, so
+        that the queue's loop never waits for the API server (0: created on the loop's thread).""",
+    ).tag(config=True)
+
     kube_pods_ready_timeout = Float(
         300.0,
         help="""Kubernetes backend: seconds after admission within which a Job must have created a
@@ -537,7 +543,8 @@ class GpuQueueApp(ExtensionApp):
                         "namespaces": dict(self.kube_namespaces), "volcano": self.volcano_gang,
                         "pod_template": dict(self.job_pod_template),
                         "kueue_version": self.kueue_api_version,
-                        "pods_ready_timeout": self.kube_pods_ready_timeout},
+                        "pods_ready_timeout": self.kube_pods_ready_timeout,
+                        "start_concurrency": self.kube_start_concurrency},
             logger=self.log,
         )
 

@@ -214,7 +214,13 @@ class Admission:
         # A cluster backend reports Running itself once a Pod runs (see _observe).
         started_at = None if getattr(self.svc.backend, "reports_running", False) and not is_lease(rec) else info.started_at
         state = RUNNING if started_at is not None else ADMITTED
-        self.svc.ledger.update_workload(uid, state=state, run=info.to_json(), started_at=started_at)
+        if getattr(self.svc.backend, "starts_async", False) and not is_lease(rec):
+            # The backend starts it in a worker (Kubernetes: start_concurrency); the run is on
+            # record once it reports Started (observe), so that a restart before that starts it
+            # again (idempotently) instead of looking for a Job that was never created.
+            self.svc.ledger.update_workload(uid, state=state, started_at=started_at)
+        else:
+            self.svc.ledger.update_workload(uid, state=state, run=info.to_json(), started_at=started_at)
         rec.update(state=state, run=info.to_json(), started_at=started_at)
         self.svc.events.emit_workload(uid)
 
@@ -329,6 +335,9 @@ class Admission:
                 self.svc.ledger.update_workload(uid, reason=reason, message=message)
             if not changed:
                 return
+        elif st.state == "Started":  # a start done by a backend's worker: its run goes on record
+            self.svc.ledger.update_workload(uid, run=d.get("run") or rec.get("run"))
+            return
         elif st.state == "Waiting" and st.message and rec.get("message") != st.message:
             rec["message"] = st.message
             self.svc.ledger.update_workload(uid, message=st.message)

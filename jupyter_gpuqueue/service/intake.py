@@ -27,17 +27,35 @@ class Intake:
         self.accepted(row, wl, hold)
         return self.svc.views.view(self.svc.records[row["uid"]], cost=0.0)
 
-    def new_row(self, spec: dict, wl: Workload, user: str) -> tuple[dict, Optional[str]]:
+    def needs_dry_run(self, spec: dict) -> bool:
+        """Kubernetes: the API server validates the Job before the submission is acknowledged."""
+        return hasattr(self.svc.backend, "dry_run") and spec.get("source") in ("form", "manifest") \
+            and not is_lease({"spec": spec})
+
+    def dry_run(self, uid: str, spec: dict, wl: Workload, user: str) -> None:
+        """The backend's server-side dry run of the workload's Job (errors as ``dry_run`` raises)."""
+        self.svc.backend.dry_run(uid, {"namespace": wl.namespace, "name": wl.name, "localQueue": wl.queue_name,
+                                       "priorityClass": wl.priority_class, "spec": spec, "owner": user})
+
+    async def dry_run_all(self, prepared: list[tuple[dict, Workload]], user: str) -> None:
+        """The dry runs of a group, off the event loop and side by side (each is a request to the
+        API server: the loop serves others meanwhile). Raises the first item's error, in order."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.run_in_executor(None, self.dry_run, names.new_uid(), spec, wl, user)
+                   for spec, wl in prepared if self.needs_dry_run(spec)]
+        for result in await asyncio.gather(*futures, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+
+    def new_row(self, spec: dict, wl: Workload, user: str, checked: bool = False) -> tuple[dict, Optional[str]]:
         """The ledger row of a new submission (uid and creation time set on ``wl`` too), and the
-        budget-hold message if it is held."""
+        budget-hold message if it is held. ``checked``: its dry run was done (``dry_run_all``)."""
         now = self.svc.clock()
         uid = names.new_uid()
         wl.uid = uid
         wl.creation_time = now
-        if hasattr(self.svc.backend, "dry_run") and spec.get("source") in ("form", "manifest") and not is_lease({"spec": spec}):
-            # Kubernetes: the API server validates the Job before the submission is acknowledged.
-            self.svc.backend.dry_run(uid, {"namespace": wl.namespace, "name": wl.name, "localQueue": wl.queue_name,
-                                       "priorityClass": wl.priority_class, "spec": spec, "owner": user})
+        if not checked and self.needs_dry_run(spec):
+            self.dry_run(uid, spec, wl, user)
         hold = self.svc.costs.budget_hold_message(wl.namespace, now)  # a hard budget is spent: held (service/costs.py)
         row = {
             "uid": uid,
@@ -82,8 +100,9 @@ class Intake:
         redraw = redraw_name if isinstance(redraw_name, list) else [redraw_name] * len(prepared)
         if self.svc.committer is None:  # not started (a service used without its loop): one commit each
             return [self.accept(spec, wl, user) for spec, wl in prepared]
+        await self.dry_run_all(prepared, user)
         for attempt in range(5):
-            made = [(self.new_row(spec, wl, user), wl) for spec, wl in prepared]
+            made = [(self.new_row(spec, wl, user, checked=True), wl) for spec, wl in prepared]
             keys = [f"{wl.namespace}/{wl.name}" for _, wl in prepared]
             self.svc.inflight.update(keys)
             loop = asyncio.get_running_loop()

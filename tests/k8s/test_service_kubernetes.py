@@ -4,6 +4,8 @@ preemption by suspension and requeue; restart reconciliation by label; API error
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from jupyter_gpuqueue.backends.k8s_jobs import QUEUE_LABEL, UID_LABEL
@@ -83,7 +85,10 @@ def make_service(tmp_path, cluster, apiserver):
                              data_dir=str(tmp_path / "state"), prices={"a100": 3.6}, stop_grace_seconds=0,
                              default_local_queue="team-a/q", backend=backend,
                              kubernetes={"api_client": apiserver.api_client(), "image": "busybox:1.36",
-                                         "visibility_interval": 0.05, **opts})
+                                         "visibility_interval": 0.05,
+                                         # step by step: Jobs created on the service's thread
+                                         # (the default, 8 workers, in the tests below and in tests/k8s/real)
+                                         "start_concurrency": 0, **opts})
         svc.clock = lambda: cluster.now
         svc.k8s = getattr(svc.backend, "inner", svc.backend)  # LeaseBackend wraps it
         svc.k8s.clock = lambda: cluster.now
@@ -428,3 +433,43 @@ def test_an_unreachable_cluster_is_a_clear_startup_error(tmp_path):
                        root_dir=str(tmp_path), data_dir=str(tmp_path), backend="kubernetes",
                        kubernetes={"api_client": client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))})
     assert e.value.field == "backend" and "cannot read the cluster's Nodes" in e.value.message
+
+
+def test_async_start_records_the_run_only_once_the_job_exists(make_service, cluster):
+    """start_concurrency > 0: the Job is created by a worker; a restart before that happened finds
+    no run on record and starts the workload again (a Job is created, once), rather than looking
+    for a Job that was never created and failing the workload."""
+    svc = make_service(start_concurrency=4)
+    svc.k8s.client.backoff_base = 0.001
+    cluster.fail_next("POST", "/namespaces/team-a/jobs", 503, times=1000)  # no create gets through ...
+    svc.submit({"name": "early", "command": ["true"], "gpus": 1}, user="alice")
+    wait_for(lambda: svc.k8s._runs and not next(iter(svc.k8s._runs.values())).inflight, step=svc.tick)
+    assert rec_of(svc, "early")["state"] == "Admitted"
+    assert svc.ledger.find_workload("team-a", "early")["run"] is None  # not on record yet
+    svc.backend.close()  # ... and the service goes down
+    svc.ledger.close()
+    cluster.faults.clear()
+    svc2 = make_service(start_concurrency=4)
+    wait_for(lambda: rec_of(svc2, "early")["state"] == RUNNING, step=drive(svc2, cluster))
+    assert svc2.ledger.find_workload("team-a", "early")["run"]["exitPath"] == "kubernetes:jobs/team-a/early"
+    assert len([j for j in cluster.list(("batch", "jobs"), "team-a") if j["metadata"]["name"] == "early"]) == 1
+
+
+def test_async_start_cancelled_in_flight_deletes_the_job_it_created(make_service, cluster):
+    svc = make_service(start_concurrency=4)
+    gate = threading.Event()
+    original = svc.k8s._create_and_resume
+
+    def slow(run, job):
+        gate.wait(10)  # the create is in flight while the user cancels
+        return original(run, job)
+    svc.k8s._create_and_resume = slow
+    svc.submit({"name": "quick-cancel", "command": ["sleep", "100"], "gpus": 1}, user="alice")
+    svc.tick()
+    assert next(iter(svc.k8s._runs.values())).inflight
+    svc.cancel("team-a", "quick-cancel", user="alice")
+    gate.set()
+    wait_for(lambda: not svc.backend.running(), step=drive(svc, cluster))
+    assert cluster.get(("batch", "jobs"), "team-a", "quick-cancel") is None  # created, then deleted
+    assert rec_of(svc, "quick-cancel")["state"] == "Cancelled"
+    assert not any(svc.scheduler.usage("cq").values())
