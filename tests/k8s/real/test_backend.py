@@ -287,3 +287,43 @@ def test_a_start_during_an_api_server_restart_runs_and_watches_relist_after_410(
     assert svc.k8s.jobs.relists > relists  # listed again (410 Gone, or the stream failed)
     assert svc.k8s.jobs.backoff == svc.k8s.jobs.BASE_BACKOFF
     assert len([j for j in queue.get(f"/apis/batch/v1/namespaces/{queue.ns}/jobs")["items"]]) == 2
+
+
+def test_pods_that_cannot_start_are_shown_while_admitted(queue, control_plane):
+    """A Pod the scheduler cannot place (another Pod took the H100s after the service read its
+    inventory) and one whose image cannot be pulled (the node stand-in keeps its container
+    waiting): each reason is shown on the admitted workload, as docs/kubernetes.md says; once the
+    GPUs are free the first one runs. (A Job that no node's labels match waits as PlacementFailed
+    instead: the engine places Pods on the Nodes it read.)"""
+    svc = queue.service()
+    control_plane.kube.create(f"/api/v1/namespaces/{queue.ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "h100-hog"},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"nvidia.com/gpu.product": H100},
+                 "containers": [{"name": "x", "image": "busybox", "command": [PY, "-c", "import time; time.sleep(600)"],
+                                 "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}})
+    wait_for(lambda: control_plane.kube.get(f"/api/v1/namespaces/{queue.ns}/pods/h100-hog")["status"].get("phase")
+             == "Running", what="the H100s taken")
+    pulling = textwrap.dedent(f"""
+        apiVersion: batch/v1
+        kind: Job
+        metadata: {{name: pulling, namespace: team-a, labels: {{kueue.x-k8s.io/queue-name: q}}}}
+        spec:
+          template:
+            metadata: {{annotations: {{devcluster.gpuqueue.io/waiting-reason: ImagePullBackOff}}}}
+            spec:
+              restartPolicy: Never
+              nodeSelector: {{nvidia.com/gpu.product: {A100}}}
+              containers: [{{name: main, image: no.such/image, command: [{PY}, -c, "pass"],
+                            resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]
+        """)
+    svc.submit({"name": "squeezed", "command": [PY, "-c", "print('ran')"], "gpus": 1, "flavor": "nvidia-h100"},
+               user="alice")
+    svc.submit_manifest(pulling, user="alice")
+    wait_for(lambda: "unschedulable" in (rec(svc, "squeezed")["message"] or ""), step=svc.tick,
+             what="Unschedulable in the message")
+    assert "Insufficient nvidia.com/gpu" in rec(svc, "squeezed")["message"]
+    wait_for(lambda: "ImagePullBackOff" in (rec(svc, "pulling")["message"] or ""), step=svc.tick,
+             what="ImagePullBackOff in the message")
+    assert rec(svc, "squeezed")["state"] == rec(svc, "pulling")["state"] == "Admitted"
+    control_plane.kube.delete(f"/api/v1/namespaces/{queue.ns}/pods/h100-hog")
+    wait_for(state_is(svc, "squeezed", SUCCEEDED), step=svc.tick)
