@@ -13,7 +13,14 @@ For a pod of an admitted lease it sets, as Kueue does for an admitted Workload:
   ``tolerations`` (from ``gpuqueue_config_files``);
 - ``containers[0].resources``: limits and requests of exactly the admitted GPU / MIG resource and
   quantity (``nvidia.com/gpu: 1``, ``nvidia.com/mig-1g.10gb: 1``), replacing any GPU / MIG entry
-  the profile set.
+  the profile set;
+- ``containers[0].env``: without ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` (which
+  ``GpuQueueSpawnerMixin.get_env`` / the pre-spawn hook set for local servers; ``GPUQUEUE_LEASE``
+  stays). In a cluster NVIDIA's device plugin picks the devices of the requested resource and
+  tells the container runtime; the queue's device ids are advisory there (node-level GPU indices,
+  synthetic MIG ids). In the pod they would hide the container's GPUs (the container numbers its
+  GPUs from 0, so ``CUDA_VISIBLE_DEVICES=3`` names none) or, through ``NVIDIA_VISIBLE_DEVICES``,
+  ask the NVIDIA runtime for GPUs other than the ones allocated to the pod.
 
 A pod without a lease (a CPU-only profile) is returned unchanged.
 """
@@ -30,6 +37,8 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 WORKLOAD_LABEL = "gpuqueue.io/workload"
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+# the device plugin's business in a cluster (module docstring)
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
 
 _flavor_cache: dict[tuple, dict] = {}
 
@@ -140,4 +149,11 @@ def gpuqueue_modify_pod_hook(spawner: Any, pod: Any) -> Any:
         requests[resource] = qty  # extended resources: requests must equal limits
         res.limits, res.requests = limits, requests
         c0.resources = res
+    c0 = spec.containers[0]
+    if c0.env:
+        c0.env = [e for e in c0.env if _env_name(e) not in DEVICE_ENV]
     return pod
+
+
+def _env_name(e) -> Optional[str]:
+    return e.get("name") if isinstance(e, dict) else getattr(e, "name", None)

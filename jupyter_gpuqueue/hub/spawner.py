@@ -77,7 +77,9 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
     - ``run_pre_spawn_hook``: waits for admission first (outside ``start_timeout``), then runs the
       configured ``pre_spawn_hook``.
     - ``progress()``: the queue position while waiting, then the spawner's own events.
-    - ``get_env()``: ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` of the assigned devices.
+    - ``get_env()``: ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` of the assigned devices
+      (a KubeSpawner pod does not keep them: ``gpuqueue_modify_pod_hook`` leaves the devices to the
+      cluster's device plugin).
     - ``stop()`` / ``poll()``: release the lease when the server stops, is culled or dies.
     - While the server runs, its lease is watched (``gpuqueue_lease_watch_interval``): the server
       is stopped at the lease's end (the ``evictionDeadline`` of a preemption warning, its maximum

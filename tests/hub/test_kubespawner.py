@@ -167,6 +167,12 @@ async def test_a100_profile_pod_carries_the_admission(gpuqueue_env, cluster_file
     res = pod.spec.containers[0].resources
     assert res.limits["nvidia.com/gpu"] == "1" and res.requests["nvidia.com/gpu"] == "1"
     assert res.limits["memory"] == 32 * 1024**3  # the profile's own override (mem_limit 32G) is kept
+    # In a cluster the device plugin picks the devices: the queue's (advisory) device ids are not
+    # put in the pod, where they would hide its GPUs or name others (hub/kubespawner.py).
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    assert "CUDA_VISIBLE_DEVICES" not in env and "NVIDIA_VISIBLE_DEVICES" not in env
+    assert env["GPUQUEUE_LEASE"] == f"{w['namespace']}/{w['name']}"
+    assert sp.get_env()["CUDA_VISIBLE_DEVICES"] == w["visibleDevices"]  # what a local server gets
     # The spawner stops: the lease is released (Cancelled) and the GPU is free again.
     await sp._gpuqueue_release(sp.gpuqueue_lease, "test")
     assert gpuqueue_service.get_workload(w["namespace"], w["name"])["state"] == "Cancelled"
@@ -184,6 +190,7 @@ async def test_mig_profile_pod_requests_the_mig_slice(gpuqueue_env, cluster_file
     assert res.limits["nvidia.com/mig-1g.10gb"] == "1"
     assert "nvidia.com/gpu" not in res.limits
     assert w["visibleDevices"].startswith("MIG-")
+    assert not {e.name for e in pod.spec.containers[0].env} & {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
     await sp._gpuqueue_release(sp.gpuqueue_lease, "test")
 
 
