@@ -418,13 +418,16 @@ class FakeCluster:
         if c is not None and (c["status"], c.get("reason"), c.get("message")) == (status, reason, message):
             return False
         now = rfc3339(self.now)
+        # A Job's conditions (JobCondition) have lastProbeTime; a Kueue Workload's are
+        # metav1.Condition, which has none (Kueue's CRD refuses it under strict validation).
+        probe = {"lastProbeTime": now} if obj.get("kind") != "Workload" else {}
         if c is None:
             conds.append({"type": typ, "status": status, "reason": reason, "message": message,
-                          "lastProbeTime": now, "lastTransitionTime": now})
+                          **probe, "lastTransitionTime": now})
         else:
             if c["status"] != status:
                 c["lastTransitionTime"] = now
-            c.update(status=status, reason=reason, message=message, lastProbeTime=now)
+            c.update(status=status, reason=reason, message=message, **probe)
         return True
 
     def _delete_pod(self, pod: dict, grace: Optional[int] = None) -> None:
@@ -763,7 +766,11 @@ class FakeCluster:
             wl = self._workload_for(job)
             if wl is None:
                 digest = hashlib.sha1(f"{job['metadata']['name']}Job{job['metadata']['uid']}".encode()).hexdigest()[:5]
-                pc = job["spec"]["template"].get("spec", {}).get("priorityClassName") or labels.get("kueue.x-k8s.io/priority-class")
+                # Kueue (jobframework ExtractPriority): the WorkloadPriorityClass label first, else the
+                # pod PriorityClass; the Workload says which (spec.priorityClassSource).
+                wpc = labels.get("kueue.x-k8s.io/priority-class")
+                pc = wpc or job["spec"]["template"].get("spec", {}).get("priorityClassName")
+                source = ("kueue.x-k8s.io/workloadpriorityclass" if wpc else "scheduling.k8s.io/priorityclass") if pc else ""
                 wl = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
                       "metadata": self._new_meta({
                           "name": f"job-{job['metadata']['name']}-{digest}",
@@ -772,7 +779,7 @@ class FakeCluster:
                                                "uid": job["metadata"]["uid"], "controller": True,
                                                "blockOwnerDeletion": True}]}, job["metadata"]["namespace"]),
                       "spec": {"queueName": q, "priority": self.priorities.get(pc or "", 0),
-                               **({"priorityClassName": pc} if pc else {}),
+                               **({"priorityClassName": pc} if pc else {}), "priorityClassSource": source,
                                "podSets": [{"name": "main", "count": job["spec"].get("parallelism", 1),
                                             "template": copy.deepcopy(job["spec"]["template"])}]},
                       "status": {}}
