@@ -39,6 +39,9 @@ UID_LABEL = "gpuqueue.jupyter.org/workload-uid"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "jupyter-gpuqueue"
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+# On a notebook Pod whose GPUs a lease of this queue holds (hub/kubespawner.py's pod hook; the Pod
+# itself is KubeSpawner's, managed-by kubespawner).
+LEASE_WORKLOAD_LABEL = "gpuqueue.io/workload"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # volcano pkg/apis scheduling KubeGroupNameAnnotationKey
 _SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
                   "deletionGracePeriodSeconds", "managedFields", "selfLink")

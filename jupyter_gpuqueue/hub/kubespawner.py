@@ -30,11 +30,13 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+from ..backends.k8s_jobs import LEASE_WORKLOAD_LABEL
+
 from .config import setting as _setting
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-WORKLOAD_LABEL = "gpuqueue.io/workload"
+WORKLOAD_LABEL = LEASE_WORKLOAD_LABEL  # the inventory does not count these Pods' GPUs twice
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 # the device plugin's business in a cluster (module docstring)

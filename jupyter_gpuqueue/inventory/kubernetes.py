@@ -33,7 +33,7 @@ from kubernetes.utils import parse_quantity
 
 from ..engine.model import GPU, MIG_PREFIX, GpuDevice, Inventory, MigDevice, Node, Taint
 from ..backends.k8s_client import KubeClient, path_for
-from ..backends.k8s_jobs import MANAGED_BY, MANAGED_BY_LABEL
+from ..backends.k8s_jobs import LEASE_WORKLOAD_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from .static import mig_profile_slices
 
 log = logging.getLogger(__name__)
@@ -61,13 +61,16 @@ def _pod_devices(pod: dict) -> dict[str, int]:
 
 
 def used_by_others(pods: list[dict]) -> dict[str, dict[str, int]]:
-    """node name → {device resource: count} requested by bound, unfinished pods not managed by us."""
+    """node name → {device resource: count} requested by bound, unfinished pods not managed by us:
+    neither our Jobs' Pods nor notebook Pods whose GPUs a lease of ours holds (the restored engine
+    holds those devices already)."""
     used: dict[str, dict[str, int]] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        if ((p.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY:
+        labels = (p.get("metadata") or {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY or LEASE_WORKLOAD_LABEL in labels:
             continue
         for r, n in _pod_devices(p).items():
             used.setdefault(node, {})[r] = used.setdefault(node, {}).get(r, 0) + n

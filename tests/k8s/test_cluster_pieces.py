@@ -226,3 +226,18 @@ def test_job_deleted_without_propagation_policy_orphans_its_pods(cluster, apiser
     cluster.step(2)
     pods = cluster.list(("", "pods"), "team-a")
     assert len(pods) == 1 and not pods[0]["metadata"].get("ownerReferences")
+
+
+def test_gpus_of_our_jobs_and_of_lease_notebooks_are_not_counted_as_used_by_others():
+    """After a restart the engine holds the devices of our Jobs and of restored notebook leases
+    already; only other Pods' GPUs are taken off the Nodes' allocatable."""
+    from jupyter_gpuqueue.inventory.kubernetes import used_by_others
+
+    def pod(name, labels):
+        return {"metadata": {"name": name, "labels": labels},
+                "spec": {"nodeName": "gpu-1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+                "status": {"phase": "Running"}}
+    pods = [pod("foreign", {}),
+            pod("our-job", {"app.kubernetes.io/managed-by": "jupyter-gpuqueue"}),
+            pod("jupyter-alice", {"app.kubernetes.io/managed-by": "kubespawner", "gpuqueue.io/workload": "lease-alice"})]
+    assert used_by_others(pods) == {"gpu-1": {"nvidia.com/gpu": 2}}
