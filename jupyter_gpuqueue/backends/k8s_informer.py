@@ -138,6 +138,8 @@ class Informer:
                 self._wait_after_error(exc)
 
     def _wait_after_error(self, err) -> None:
+        if self._stop.is_set():
+            return  # stopped (close()): the stream it had open was cut; nothing to retry or report
         log.warning("kubernetes informer %s: %s; retrying in %.1f s", self.name, err, self.backoff)
         self._stop.wait(self.backoff)
         self.backoff = min(self.max_backoff, self.backoff * 2)
