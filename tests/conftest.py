@@ -83,3 +83,36 @@ def gpuqueue_env(started, http_server_client, jp_http_port, jp_base_url) -> dict
         "GPUQUEUE_URL": f"http://127.0.0.1:{jp_http_port}{jp_base_url}",
         "GPUQUEUE_TOKEN": started.identity_provider.token,
     }
+
+
+# -- databases: a throw-away PostgreSQL server (tests/pgtools.py) ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server for the session (``tests/pgtools.py``); the test is skipped, with the
+    reason, where none can be had (no PostgreSQL binaries, no psycopg)."""
+    import pgtools
+
+    reason = pgtools.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    server = pgtools.PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request):
+    """SQLAlchemy URL of a new, empty PostgreSQL database for this test (dropped after it)."""
+    url = postgres_server.create_database(request.node.name[:30])
+    yield url
+    postgres_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request, tmp_path):
+    """A ledger URL of each kind: a SQLite file in ``tmp_path``, a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    return request.getfixturevalue("postgres_url")

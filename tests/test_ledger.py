@@ -1,4 +1,5 @@
-"""The ledger (SQLite, real files) and the price list."""
+"""The ledger and the price list. The ``ledger`` fixture runs each test on a SQLite file and on a
+PostgreSQL database (``tests/pgtools.py``; skipped where PostgreSQL is absent)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,12 @@ def wl(uid="u1", namespace="team-a", name="train-1", **kw):
     return rec
 
 
-@pytest.fixture
-def ledger(tmp_path):
-    led = Ledger(f"sqlite:///{tmp_path}/sub/dir/gpuqueue.db")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request, tmp_path):
+    if request.param == "sqlite":
+        led = Ledger(f"sqlite:///{tmp_path}/sub/dir/gpuqueue.db")
+    else:
+        led = Ledger(request.getfixturevalue("postgres_url"))
     yield led
     led.close()
 

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import Conflict, NotFound, ValidationError
+from . import schema
 from .orm import (
     INTERVAL_COLUMNS,
     AuditEntry,
@@ -34,7 +35,6 @@ from .orm import (
     UtilizationSample,
     WORKLOAD_COLUMNS,
     WORKLOAD_STATES,
-    Base,
     UsageInterval,
     WorkloadRow,
 )
@@ -122,12 +122,20 @@ class Ledger:
     """Durable store of workloads and their usage intervals.
 
     ``url``: a SQLAlchemy URL (``sqlite:////abs/path/gpuqueue.db``, ``postgresql+psycopg://…``) or a
-    plain file path (taken as SQLite). Tables are created if missing; for a SQLite file the parent
-    directory is created. Rows are returned as plain dicts keyed by column name with the JSON columns
-    (``spec``, ``admission``, ``run``) decoded.
+    plain file path (taken as SQLite). For a SQLite file the parent directory is created. Rows are
+    returned as plain dicts keyed by column name with the JSON columns (``spec``, ``admission``,
+    ``run``) decoded.
+
+    Schema (``ledger/schema.py``): a new database gets the tables of the newest revision; a
+    ledger made before schema versions existed is stamped as the first one; an older one is
+    upgraded only with ``upgrade=True`` (a SQLite file is backed up next to it first, unless
+    ``backup`` is False), else :class:`~jupyter_gpuqueue.ledger.schema.LedgerSchemaError` names the
+    command to run; one newer than this code raises it too. ``check_schema=False`` skips all of
+    this (``jupyter gpuqueue upgrade-db`` and ``backup`` open a ledger of any revision that way).
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, upgrade: bool = False, backup: bool = True, check_schema: bool = True,
+                 logger=None):
         if not isinstance(url, str) or not url:
             raise ValidationError("ledger URL must be a non-empty string", field="url")
         if "://" not in url:
@@ -154,7 +162,15 @@ class Ledger:
         self._write_lock = threading.RLock()
         if _is_sqlite(parsed):
             self._configure_sqlite(self.engine, self._local)
-        Base.metadata.create_all(self.engine)
+        #: What opening did to the schema: None, "created", "stamped" or "upgraded" (schema.py).
+        self.schema_action: Optional[str] = None
+        if check_schema:
+            try:
+                self.schema_action = schema.ensure_schema(self.engine, self._local, upgrade=upgrade,
+                                                          backup=backup, logger=logger)
+            except BaseException:
+                self.engine.dispose()
+                raise
         self._Session = sessionmaker(bind=self.engine, expire_on_commit=False)
 
     @staticmethod
@@ -227,6 +243,35 @@ class Ledger:
     def close(self) -> None:
         """Release every pooled connection. The Ledger must not be used afterwards."""
         self.engine.dispose()
+
+    # ------------------------------------------------------------------ schema and backups
+
+    def schema_revision(self) -> Optional[str]:
+        """The database's schema revision (None: none recorded, i.e. made before versions
+        existed, or empty)."""
+        with self.engine.connect() as c:
+            return schema.revision_of(c)
+
+    def migrate(self, revision: str = "head", *, backup: bool = True) -> tuple[Optional[str], str, Optional[str]]:
+        """Upgrade (or downgrade) the schema to ``revision`` in one transaction, a SQLite file
+        backed up first unless ``backup`` is False; returns (before, after, backup path or None).
+        A ledger made before versions existed is stamped first (``schema.ensure_schema``)."""
+        if self.schema_revision() is None:
+            try:
+                schema.ensure_schema(self.engine, self._local, upgrade=False)
+            except schema.LedgerSchemaError:
+                pass  # stamped as the first revision; older than head: upgraded below
+        return schema.migrate(self.engine, self._local, revision, backup=backup)
+
+    def backup(self, dest: str) -> str:
+        """Copy a SQLite ledger to ``dest`` (SQLite's online backup API; ``dest`` must not
+        exist); returns the path. ValidationError for another database (use ``pg_dump``)."""
+        path = schema.sqlite_path(self.url)
+        if path is None:
+            raise ValidationError(
+                f"{schema.display_url(self.url)} is not a SQLite file: back up PostgreSQL with pg_dump "
+                "(README, \"Upgrades and backups\")", field="db_url")
+        return schema.backup_sqlite(path, dest)
 
     def journal_mode(self) -> str:
         """SQLite's ``PRAGMA journal_mode`` ("wal"), or "" for other databases."""

@@ -132,6 +132,16 @@ class GpuQueueApp(ExtensionApp):
         variable, else SQLite at {state_dir}/gpuqueue.sqlite.""",
     ).tag(config=True)
 
+    upgrade_db = Bool(
+        False,
+        help="""Upgrade a ledger made by an older release to this release's schema at startup
+        (a SQLite ledger is first backed up next to it, as <file>.<time>.rev-<revision>.bak;
+        back up PostgreSQL yourself with pg_dump). False: a ledger of an older schema is left
+        as it is and the queue does not start (every request answers 503 naming the command
+        to run: `jupyter gpuqueue upgrade-db`). A new ledger is always created at the newest
+        schema; a ledger newer than this release is always refused.""",
+    ).tag(config=True)
+
     state_dir = Unicode(
         help="""Where the queue keeps its SQLite ledger and job logs. Default: the
         "gpuqueue" folder in the Jupyter data directory.""",
@@ -539,6 +549,7 @@ class GpuQueueApp(ExtensionApp):
             lease_preemption_grace_seconds=self.lease_preemption_grace_seconds,
             lease_priority_class=self.lease_priority_class,
             backend=self.backend,
+            upgrade_db=self.upgrade_db,
             kubernetes={"kubeconfig": self.kubeconfig, "context": self.kube_context, "image": self.job_image,
                         "namespaces": dict(self.kube_namespaces), "volcano": self.volcano_gang,
                         "pod_template": dict(self.job_pod_template),

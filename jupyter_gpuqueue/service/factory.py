@@ -38,6 +38,7 @@ def create_service(
     lease_priority_class: Optional[str] = "development",
     backend: str = "local",
     kubernetes: Optional[dict] = None,
+    upgrade_db: bool = False,
 ) -> QueueService:
     """Build a QueueService with the local backend, or with ``backend`` "kubernetes" / "kueue" a
     cluster one (``kubernetes``: its options, see ``backends/k8s_factory.py``; the inventory then
@@ -46,7 +47,9 @@ def create_service(
     ``inventory_path`` None: NVML discovery where GPUs are present, else the demo inventory.
     ``config_paths`` None: with discovered GPUs, one team owning exactly them
     (``inventory.default_config``); else the demo cluster (``jupyter_gpuqueue/demo/cluster.yaml``). ``db_url`` None:
-    ``sqlite:///{data_dir}/gpuqueue.sqlite``. Raises ValidationError for an invalid configuration."""
+    ``sqlite:///{data_dir}/gpuqueue.sqlite``. ``upgrade_db``: upgrade a ledger of an older schema
+    (``ledger/schema.py``). Raises ValidationError for an invalid configuration, LedgerSchemaError
+    for a ledger of another schema revision."""
     from ..backends.lease import LeaseBackend
     from ..backends.local import LocalBackend
     from ..inventory import load_inventory
@@ -78,7 +81,8 @@ def create_service(
             raise ValidationError(str(exc), "config_files") from None
         config.merge(m.config)
     os.makedirs(data_dir, exist_ok=True)
-    ledger = Ledger(db_url or f"sqlite:///{os.path.join(os.path.abspath(data_dir), 'gpuqueue.sqlite')}")
+    ledger = Ledger(db_url or f"sqlite:///{os.path.join(os.path.abspath(data_dir), 'gpuqueue.sqlite')}",
+                    upgrade=upgrade_db, logger=logger)
     price_obj = Prices(prices) if prices else Prices()
     if default_local_queue is None and "team-a/team-a-queue" in config.local_queues:
         default_local_queue = "team-a/team-a-queue"
