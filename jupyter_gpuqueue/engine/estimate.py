@@ -1,0 +1,462 @@
+"""Estimated start times of pending workloads: the live state run forward in simulated time by the
+very same :class:`~.scheduler.Scheduler`, with predicted run times.
+
+``estimate_starts(state, now, runtime_model)`` returns, for every pending workload (or those of
+``keys``), an :class:`Estimate`: ``start_at`` (seconds, the clock of ``now``), a range ``early`` –
+``late``, ``waiting_for`` (the few workloads whose end released the quota it is admitted into)
+or, when there is no estimate, ``reason`` and ``message``.
+
+How
+---
+1. ``state`` is copied (:func:`.snapshot.snapshot`): the caller's scheduler is only read, never
+   changed. Victims being evicted leave at once (they are requeued, as preempted workloads are).
+2. Every admitted workload ends at its admission time + its predicted run time
+   (``runtime_model.predict(wl, elapsed)``, see :mod:`.runtime_model`: conditioned on the time it
+   has already run), never later than its admission + ``maximum_execution_time_seconds`` or its
+   deadline in ``deadlines`` (a lease's end, a preemption grace's end), never before ``now``.
+3. Events (those ends, and the returns of held workloads) are applied in time order and, at each
+   instant, scheduling cycles run until nothing changes — the simulator's logic
+   (:mod:`.simulator`): Kueue's order, borrowing, reclaiming and preemption (a victim stops at
+   once and is requeued, restarting its whole run), batched requeues (``requeue_batch_seconds``
+   of the scheduler's options). A workload admitted in the simulation runs its predicted run time
+   from there. The first admission of a pending workload is its estimated start.
+4. The whole queue is estimated by *one* forward run (not one per workload); it stops as soon as
+   every workload asked for has started or cannot start, or at ``now + horizon``.
+5. The range: the same run with every run time at the model's low quantile gives ``early``, at its
+   high quantile ``late`` (``ranges=False`` skips both). Queueing is not monotone in run times
+   (a shorter job can let a larger one in first), so the bounds are widened to contain
+   ``start_at``.
+
+Holds and reasons (no estimate: ``start_at`` None, ``reason`` set)
+-----------------------------------------------------------------
+* ``holds``: workload key → when it may be admitted again (a budget's reset), or None (never).
+  A held workload leaves the queue until then and comes back in its old place; with None, its
+  reason is ``BudgetExceeded`` ("no budget reset in sight").
+* ``ExceedsMaxQuota``, ``Inactive``, ``Misconfigured`` (its ClusterQueue can never admit it):
+  the scheduler's reason and message.
+* ``NotWithinHorizon``: not admitted within ``horizon`` seconds of simulated time.
+
+What it cannot foresee: workloads that arrive later (a higher-priority one goes ahead; one that
+reclaims quota preempts), the preemptions those cause, run times far from the prediction, quota
+or configuration edits, cancellations, nodes and devices going away. docs/estimates.md says so
+next to the estimate.
+
+Like the rest of ``engine/``: no I/O, no clock, no threads. The service takes the snapshot on the
+thread that owns the scheduler and calls this on a worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from .model import LOWER_OR_NEWER_EQUAL_PRIORITY, REASON_EXCEEDS_MAX_QUOTA, REASON_INACTIVE, REASON_MISCONFIGURED
+from .runtime_model import Prediction, RuntimeModel
+from .scheduler import Scheduler
+from .snapshot import copy_workload, snapshot
+
+REASON_BUDGET_EXCEEDED = "BudgetExceeded"
+REASON_NOT_WITHIN_HORIZON = "NotWithinHorizon"
+REASON_LIVELOCK = "PreemptionLivelock"
+NEVER_REASONS = (REASON_EXCEEDS_MAX_QUOTA, REASON_INACTIVE, REASON_MISCONFIGURED)
+
+DEFAULT_HORIZON = 30 * 86400.0
+RUNNING = "running"
+PENDING = "pending"
+
+_LOW, _POINT, _HIGH = 0, 1, 2
+_END, _RETURN = 0, 1  # event kinds: a run ends / a held workload comes back
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingFor:
+    """A workload an estimate waits for: its ``key``, its expected end (``expected_end``, s) and
+    ``kind``: ``running`` (admitted now) or ``pending`` (itself queued now, admitted and ended in
+    the simulation)."""
+
+    key: str
+    expected_end: float
+    kind: str
+
+
+@dataclass(slots=True)
+class Estimate:
+    """``start_at``: estimated admission (s); ``early`` / ``late``: the range; ``waiting_for``:
+    a few workloads whose end it waits for. No estimate: ``start_at`` None, ``reason`` (and
+    ``message``) say why; ``held_until``: a budget hold's end, when one delays it."""
+
+    start_at: Optional[float] = None
+    early: Optional[float] = None
+    late: Optional[float] = None
+    waiting_for: tuple[WaitingFor, ...] = ()
+    reason: Optional[str] = None
+    message: str = ""
+    held_until: Optional[float] = None
+
+
+@dataclass(slots=True)
+class _Run:
+    starts: dict[str, float]
+    waits: dict[str, tuple[WaitingFor, ...]]
+    ends: dict[str, float]
+    reasons: dict[str, tuple[str, str]]
+    stopped: Optional[str]  # None, "horizon" or "livelock"
+
+
+def _pending_keys(state: Scheduler) -> list[str]:
+    return [k for k in state.workloads if k not in state.admitted]
+
+
+def estimate_starts(
+    state: Scheduler,
+    now: float,
+    runtime_model: RuntimeModel,
+    *,
+    horizon: float = DEFAULT_HORIZON,
+    holds: Optional[Mapping[str, Optional[float]]] = None,
+    deadlines: Optional[Mapping[str, float]] = None,
+    keys: Optional[Iterable[str]] = None,
+    ranges: bool = True,
+    max_waiting_for: int = 3,
+) -> dict[str, Estimate]:
+    """Estimate when each pending workload of ``state`` starts (see the module docstring).
+
+    ``state``: the scheduler (only read; copied). ``now``: the present, in the scheduler's clock.
+    ``runtime_model``: see :mod:`.runtime_model`. ``horizon``: seconds of simulated time after which
+    the simulation stops. ``holds``: key → reset time or None (never). ``deadlines``: key → time by
+    which that admitted workload stops. ``keys``: estimate only these (default: every pending
+    workload); the simulation stops once they have all started. ``ranges``: also run the low and
+    high quantiles for ``early`` / ``late``. Returns key → :class:`Estimate`."""
+    holds = dict(holds or {})
+    deadlines = deadlines or {}
+    wanted = list(keys) if keys is not None else _pending_keys(state)
+    out: dict[str, Estimate] = {}
+    todo: set[str] = set()
+    for k in wanted:
+        wl = state.workloads.get(k)
+        if wl is None or k in state.admitted:
+            continue
+        reason = state.pending_reason.get(k)
+        if reason is not None and reason[0] in NEVER_REASONS:
+            out[k] = Estimate(reason=reason[0], message=reason[1])
+        elif k in holds and holds[k] is None:
+            out[k] = Estimate(reason=REASON_BUDGET_EXCEEDED,
+                              message="the team's budget is exceeded and no reset is in sight")
+        else:
+            todo.add(k)
+            if k in holds:
+                out[k] = Estimate(held_until=max(float(holds[k]), now))
+    if not todo:
+        return out
+    preds = _predictions(state, now, runtime_model)
+    end_time = now + horizon if horizon is not None and math.isfinite(horizon) else math.inf
+    point = _forward(state, now, preds, _POINT, holds, deadlines, todo, end_time, max_waiting_for)
+    low = high = None
+    if ranges:
+        low = _forward(state, now, preds, _LOW, holds, deadlines, todo, end_time, 0)
+        high = _forward(state, now, preds, _HIGH, holds, deadlines, todo, end_time, 0)
+    for k in todo:
+        e = out.get(k) or Estimate()
+        out[k] = e
+        t = point.starts.get(k)
+        if t is None:
+            r = point.reasons.get(k)
+            if r is not None and r[0] in NEVER_REASONS:
+                e.reason, e.message = r
+            elif point.stopped == "livelock":
+                e.reason, e.message = REASON_LIVELOCK, "the simulation stopped on a preemption livelock"
+            else:
+                e.reason = REASON_NOT_WITHIN_HORIZON
+                e.message = f"not within {_human(horizon)}"
+            continue
+        e.start_at = t
+        e.waiting_for = point.waits.get(k, ())
+        if ranges:
+            lo = low.starts.get(k, t)
+            hi = high.starts.get(k)
+            e.early = min(lo, t)
+            e.late = max(hi, t) if hi is not None else None  # None: later than the horizon
+        else:
+            e.early = e.late = t
+    return out
+
+
+def _human(seconds: float) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "ever"
+    if seconds % 86400 == 0:
+        return f"{int(seconds // 86400)}d"
+    if seconds % 3600 == 0:
+        return f"{int(seconds // 3600)}h"
+    return f"{seconds:g}s"
+
+
+def _predictions(state: Scheduler, now: float, model: RuntimeModel) -> dict[str, Prediction]:
+    """Predicted total run time of every workload: admitted ones conditioned on their elapsed
+    time, pending ones from zero."""
+    out: dict[str, Prediction] = {}
+    admit_time = state.admit_time
+    for k, wl in state.workloads.items():
+        if k in state.admitted:
+            start = admit_time.get(k)
+            elapsed = max(0.0, now - start) if start is not None else 0.0
+            out[k] = model.predict(wl, elapsed)
+        else:
+            out[k] = model.predict(wl, 0.0)
+    return out
+
+
+def _forward(
+    base: Scheduler,
+    now: float,
+    preds: Mapping[str, Prediction],
+    which: int,
+    holds: Mapping[str, Optional[float]],
+    deadlines: Mapping[str, float],
+    todo: set[str],
+    end_time: float,
+    max_waiting_for: int,
+) -> _Run:
+    return _Forward(base, now, preds, which, holds, deadlines, max_waiting_for).run(todo, end_time)
+
+
+class _Forward:
+    """One forward simulation on a snapshot (see the module docstring).
+
+    **Shape compression.** Kueue walks a BestEffortFIFO queue head by head after every release
+    (each head that does not fit is parked; the next cycle pops the next one), which makes a
+    forward run over a deep queue quadratic. But two pending workloads of one ClusterQueue with
+    the same *shape* (``Scheduler._shape``: what a nomination reads of a workload) get the same
+    nomination at the same admitted state: when the first does not fit, neither does the second.
+    So each ClusterQueue's queue holds only the first pending workload (in queue order) of each
+    shape; the next one of that shape joins the queue when it is admitted. Which workloads are
+    admitted at an instant is unchanged; only the walk over workloads that cannot fit is skipped,
+    which can change the order in which two ClusterQueues of a cohort reach freed quota within one
+    instant (Kueue's walk latency). Not applied under ``withinClusterQueue:
+    LowerOrNewerEqualPriority``, whose nominations also read the creation time.
+    """
+
+    def __init__(self, base, now, preds, which, holds, deadlines, max_waiting_for):
+        self.base = base
+        self.now = now
+        self.preds = preds
+        self.which = which
+        self.deadlines = deadlines
+        self.max_waiting_for = max_waiting_for
+        s = self.s = snapshot(base, positions=False)
+        self.batch = max(0.0, s.options.requeue_batch_seconds)
+        self.events: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, key, token)
+        self.seq = 0
+        self.token: dict[str, int] = {}
+        self.ends: dict[str, float] = {}
+        self.releases: dict[str, deque] = {}
+        self.backlog: dict[tuple, deque] = {}  # (cq, shape) -> keys held back, in queue order
+        self.group_of: dict[str, tuple] = {}
+        self.held_wl: dict[str, object] = {}
+        self.never_of: dict[str, tuple[str, str]] = {}  # held-back key -> its group head's reason
+        # Victims chosen but not yet stopped stop now, and are requeued.
+        for victim in list(s.evicting):
+            if victim in s.admitted:
+                s.evict(victim, now)
+        for key in s.admitted:
+            start = s.admit_time.get(key)
+            start = now if start is None else start
+            end = start + self.runtime(key)
+            d = deadlines.get(key)
+            if d is not None and d < end:
+                end = d
+            self._push_end(key, max(end, now))
+        for key, reset in holds.items():
+            wl = s.workloads.get(key)
+            if wl is None or key in s.admitted:
+                continue
+            s.remove_workload(key)
+            if reset is not None:
+                self.held_wl[key] = wl
+                self.seq += 1
+                self.events.append((max(float(reset), now), _RETURN, self.seq, key, 0))
+        heapq.heapify(self.events)
+        self._compress()
+
+    def runtime(self, key: str) -> float:
+        wl = self.s.workloads[key]
+        t = self.preds[key][self.which]
+        mx = wl.maximum_execution_time_seconds
+        if mx:
+            t = min(t, float(mx))
+        return t
+
+    def _push_end(self, key: str, end: float) -> None:
+        self.seq += 1
+        self.token[key] = self.seq
+        self.ends[key] = end
+        heapq.heappush(self.events, (end, _END, self.seq, key, self.seq))
+
+    def _compress(self) -> None:
+        s = self.s
+        for name, q in s.queues.items():
+            cq = s.config.cluster_queues[name]
+            if cq.preemption.within_cluster_queue == LOWER_OR_NEWER_EQUAL_PRIORITY or len(q.keys) < 2:
+                continue
+            groups: dict[int, list] = {}
+            for key, (ok, _) in q.keys.items():
+                if key == q.sticky:
+                    continue
+                groups.setdefault(s._shape(key, s.workloads[key]), []).append((ok, key))
+            for shape, members in groups.items():
+                if len(members) < 2:
+                    continue
+                members.sort()
+                gk = (name, shape)
+                rest = deque()
+                for _, key in members[1:]:
+                    q.delete(key)
+                    rest.append(key)
+                    self.group_of[key] = gk
+                self.group_of[members[0][1]] = gk
+                self.backlog[gk] = rest
+
+    def _release(self, key: str, t: float, cq: str) -> None:
+        root = self.s._root_of.get(cq, cq)
+        rel = self.releases.get(root)
+        if rel is None:
+            rel = self.releases[root] = deque(maxlen=16)
+        rel.append((key, t, cq))
+
+    def _next_of_group(self, key: str) -> None:
+        gk = self.group_of.get(key)
+        if gk is None:
+            return
+        rest = self.backlog.get(gk)
+        if rest:
+            nxt = rest.popleft()
+            wl = self.s.workloads[nxt]
+            self.s.queues[gk[0]].push(wl, f"{wl.namespace}/{wl.queue_name}")
+
+    def never(self, key: str) -> Optional[tuple[str, str]]:
+        """A reason that the workload can never be admitted, its own or its group head's."""
+        r = self.s.pending_reason.get(key)
+        if r is not None and r[0] in NEVER_REASONS:
+            return r
+        return None
+
+    def run(self, todo: set[str], end_time: float) -> _Run:
+        s, events, now = self.s, self.events, self.now
+        starts: dict[str, float] = {}
+        waits: dict[str, tuple[WaitingFor, ...]] = {}
+        running_now = self.base.admitted
+        workloads, admitted = s.workloads, s.admitted
+        left = {k for k in todo if self.never(k) is None}
+        stopped = None
+        t = now
+        first = True
+        while left:
+            if not first:
+                t = events[0][0] if events else None
+                tr = s.next_requeue_time()
+                if tr is not None:
+                    tr = max(tr, now)
+                    if t is None or tr < t:
+                        t = tr
+                if t is None:
+                    break  # nothing will ever change again
+                if t > end_time:
+                    stopped = "horizon"
+                    break
+            first = False
+            while events and events[0][0] <= t:
+                _, kind, _, key, tok = heapq.heappop(events)
+                if kind == _END:
+                    if self.token.get(key) != tok or key not in admitted:
+                        continue
+                    self._release(key, self.ends[key], s.admitted_cq[key])
+                    s.remove_workload(key, t)
+                else:  # a held workload comes back, in its old place
+                    wl = copy_workload(self.held_wl[key])
+                    wl.admission = None
+                    s.add_workload(wl)
+            if len(workloads) == len(admitted) and not events:
+                break
+            victims_here: dict[str, int] = {}
+            requeued: list[str] = []
+            while True:
+                r = s.schedule(t)
+                if r.requeued:
+                    requeued.extend(r.requeued)
+                for wl in r.admitted:
+                    key = wl.key
+                    self._next_of_group(key)
+                    if key in left:
+                        left.discard(key)
+                        starts[key] = t
+                        if self.max_waiting_for and t > now:
+                            waits[key] = _waiting_for(key, wl.admission.cluster_queue, t, self.batch,
+                                                      self.releases, s._root_of, running_now,
+                                                      self.max_waiting_for)
+                    end = t + self.runtime(key)
+                    d = self.deadlines.get(key) if key in running_now else None
+                    if d is not None and d < end:
+                        end = max(d, t)
+                    self._push_end(key, end)
+                for p in r.preempted:
+                    v = p.victim
+                    if v not in admitted:
+                        continue
+                    self._release(v, t, s.admitted_cq[v])
+                    self.token[v] = -1
+                    s.evict(v, t)
+                    n = victims_here[v] = victims_here.get(v, 0) + 1
+                    if n > 3:
+                        stopped = "livelock"
+                if stopped or r.heads == 0 or not (r.changed or r.admitted or r.preempted):
+                    break
+            if stopped:
+                break
+            for k in requeued:  # a head that can never be admitted: nor can the rest of its shape
+                reason = self.never(k)
+                if reason is not None:
+                    left.discard(k)
+                    gk = self.group_of.get(k)
+                    if gk is not None:
+                        for other in self.backlog.get(gk, ()):
+                            left.discard(other)
+                            self.never_of[other] = reason
+        reasons = {}
+        for k in todo:
+            if k not in starts:
+                r = self.never(k) or self.never_of.get(k) or s.pending_reason.get(k)
+                if r is not None:
+                    reasons[k] = r
+        return _Run(starts, waits, self.ends, reasons, stopped)
+
+
+def _waiting_for(key, cq, t, batch, releases, root_of, running_now, limit) -> tuple[WaitingFor, ...]:
+    """The releases of ``key``'s cohort tree that its admission at ``t`` followed: those of the
+    requeue batch that woke it (within ``batch`` s before ``t``), else the latest before ``t``;
+    its own ClusterQueue's first, then the latest."""
+    rel = releases.get(root_of.get(cq, cq))
+    if not rel:
+        return ()
+    recent = [r for r in rel if t - batch - 1e-6 <= r[1] <= t]
+    if not recent:
+        recent = [r for r in rel if r[1] <= t]
+    recent.sort(key=lambda r: (r[2] != cq, -r[1]))
+    out = []
+    for k, end, _ in recent[:limit]:
+        out.append(WaitingFor(k, end, RUNNING if k in running_now else PENDING))
+    return tuple(out)
+
+
+__all__ = [
+    "DEFAULT_HORIZON",
+    "Estimate",
+    "NEVER_REASONS",
+    "REASON_BUDGET_EXCEEDED",
+    "REASON_LIVELOCK",
+    "REASON_NOT_WITHIN_HORIZON",
+    "WaitingFor",
+    "estimate_starts",
+]

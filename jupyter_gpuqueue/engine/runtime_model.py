@@ -1,0 +1,223 @@
+"""Predicted run times, for start-time estimates (:mod:`.estimate`): a small pluggable protocol and
+three models.
+
+The protocol
+------------
+A runtime model has one method, ``predict(wl, elapsed) -> Prediction``: the *total* run time of
+workload ``wl`` (seconds from its admission to its end), given that it has already run ``elapsed``
+seconds (0 for a pending workload). A :class:`Prediction` is three figures, ``low <= point <=
+high``: the estimator runs its forward simulation with ``point`` for the estimated start and with
+``low`` / ``high`` for the early and late bounds of the range. A model must return totals of at
+least ``elapsed`` (a running workload cannot end in the past) and must not read the future: in a
+replay, only what finished before the moment of the estimate.
+
+The estimator clamps every prediction by the workload's maximum run time
+(``maximum_execution_time_seconds``) and by any deadline the caller passes (a lease's end, a
+preemption deadline), so a model need not.
+
+The models
+----------
+* :class:`DeclaredRuntime`: the declared maximum run time (``maximum_execution_time_seconds``), or
+  ``default_seconds`` when none is declared; the same figure three times. What a user would
+  assume knowing nothing else; pessimistic by construction.
+* :class:`OracleRuntime`: the true run times (known only in a replay): the ceiling of what any
+  model can reach, and the baseline that measures the error the *queue* adds (arrivals,
+  preemptions) apart from the error of the run-time prediction.
+* :class:`HistoryRuntime`: quantiles of the run times of similar workloads that finished before,
+  learned online (``observe`` as runs end). *Similar* is a list of keys from the most to the least
+  specific, given by a function of the workload (default :func:`default_history_keys`: same owner
+  and command and shape, same namespace and shape, same namespace, everything); the first key with
+  at least ``min_samples`` recorded run times answers, else the ``fallback`` model (default:
+  declared). For a running workload the quantiles are those of the recorded run times longer than
+  ``elapsed`` (the distribution conditioned on having run that long), which is what makes a
+  heavy-tailed workload mix predictable: a job that has already run 5 hours is not expected to
+  end at the median of all jobs. Each key keeps its last ``window`` run times.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from typing import Callable, Hashable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
+
+from .model import Workload
+
+DEFAULT_RUNTIME_SECONDS = 24 * 3600.0
+
+
+class Prediction(NamedTuple):
+    """Total run time in seconds: ``low`` (early bound), ``point`` (the estimate), ``high``."""
+
+    low: float
+    point: float
+    high: float
+
+
+class RuntimeModel(Protocol):
+    def predict(self, wl: Workload, elapsed: float) -> Prediction:
+        """Total run time of ``wl`` (>= ``elapsed``), given it has run ``elapsed`` seconds."""
+        ...  # pragma: no cover
+
+
+def _at_least(p: Prediction, elapsed: float) -> Prediction:
+    if p.low >= elapsed:
+        return p
+    return Prediction(max(p.low, elapsed), max(p.point, elapsed), max(p.high, elapsed))
+
+
+class DeclaredRuntime:
+    """The declared maximum run time, else ``default_seconds`` (24 h)."""
+
+    def __init__(self, default_seconds: float = DEFAULT_RUNTIME_SECONDS):
+        self.default_seconds = float(default_seconds)
+
+    def predict(self, wl: Workload, elapsed: float) -> Prediction:
+        t = wl.maximum_execution_time_seconds
+        t = float(t) if t else self.default_seconds
+        t = max(t, elapsed)
+        return Prediction(t, t, t)
+
+
+class OracleRuntime:
+    """True run times by workload key (a replay knows them); ``fallback`` for unknown keys."""
+
+    def __init__(self, runtimes: Mapping[str, float], fallback: Optional[RuntimeModel] = None):
+        self.runtimes = runtimes
+        self.fallback = fallback or DeclaredRuntime()
+
+    def predict(self, wl: Workload, elapsed: float) -> Prediction:
+        t = self.runtimes.get(wl.key)
+        if t is None:
+            return self.fallback.predict(wl, elapsed)
+        t = max(float(t), elapsed)
+        return Prediction(t, t, t)
+
+
+def _shape(wl: Workload) -> tuple:
+    return tuple(sorted(wl.total_requests().items()))
+
+
+OWNER_LABEL = "gpuqueue.jupyter.org/owner"
+COMMAND_ANNOTATION = "gpuqueue.jupyter.org/command"
+
+
+def default_history_keys(wl: Workload) -> tuple:
+    """Keys of similar workloads, most specific first: (namespace, owner, command, shape),
+    (namespace, shape), (namespace,), (). Owner and command are read from the label
+    :data:`OWNER_LABEL` and the annotation :data:`COMMAND_ANNOTATION` when the workload has them."""
+    shape = _shape(wl)
+    ns = wl.namespace
+    keys = []
+    owner = wl.labels.get(OWNER_LABEL)
+    command = wl.annotations.get(COMMAND_ANNOTATION)
+    if owner is not None or command is not None:
+        keys.append(("owner-command-shape", ns, owner, command, shape))
+    keys.append(("namespace-shape", ns, shape))
+    keys.append(("namespace", ns))
+    keys.append(("all",))
+    return tuple(keys)
+
+
+def _quantile(xs: list[float], q: float, start: int = 0) -> float:
+    """Linear-interpolated quantile of the sorted non-empty list ``xs[start:]`` (not copied)."""
+    n = len(xs) - start
+    if n == 1:
+        return xs[start]
+    pos = (n - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    return xs[start + lo] + (xs[start + hi] - xs[start + lo]) * (pos - lo)
+
+
+class _Samples:
+    __slots__ = ("order", "sorted", "cache")
+
+    def __init__(self):
+        self.order: deque = deque()
+        self.sorted: list[float] = []
+        self.cache: Optional[Prediction] = None
+
+
+class HistoryRuntime:
+    """Quantiles of past run times of similar workloads (see the module docstring).
+
+    ``keys(wl)``: keys from the most to the least specific (default :func:`default_history_keys`);
+    ``quantiles``: (low, point, high) quantiles, default (0.25, 0.5, 0.75); ``min_samples``: run
+    times a key needs before it answers; ``window``: run times kept per key (the most recent);
+    ``fallback``: the model when no key answers (default :class:`DeclaredRuntime`)."""
+
+    def __init__(
+        self,
+        keys: Callable[[Workload], Sequence[Hashable]] = default_history_keys,
+        *,
+        quantiles: tuple[float, float, float] = (0.25, 0.5, 0.75),
+        min_samples: int = 5,
+        window: int = 2000,
+        fallback: Optional[RuntimeModel] = None,
+    ):
+        if not (0 <= quantiles[0] <= quantiles[1] <= quantiles[2] <= 1):
+            raise ValueError("quantiles must be 0 <= low <= point <= high <= 1")
+        self.keys = keys
+        self.quantiles = quantiles
+        self.min_samples = max(1, int(min_samples))
+        self.window = max(1, int(window))
+        self.fallback = fallback or DeclaredRuntime()
+        self._samples: dict[Hashable, _Samples] = {}
+        self.observed = 0
+
+    def observe(self, wl: Workload, runtime: float) -> None:
+        """Record a finished run of ``wl`` that lasted ``runtime`` seconds."""
+        self.observe_keys(self.keys(wl), runtime)
+
+    def observe_keys(self, keys: Iterable[Hashable], runtime: float) -> None:
+        runtime = float(runtime)
+        self.observed += 1
+        for k in keys:
+            s = self._samples.get(k)
+            if s is None:
+                s = self._samples[k] = _Samples()
+            s.order.append(runtime)
+            bisect.insort(s.sorted, runtime)
+            if len(s.order) > self.window:
+                old = s.order.popleft()
+                del s.sorted[bisect.bisect_left(s.sorted, old)]
+            s.cache = None
+
+    def samples(self, key: Hashable) -> int:
+        s = self._samples.get(key)
+        return len(s.sorted) if s is not None else 0
+
+    def predict(self, wl: Workload, elapsed: float) -> Prediction:
+        ql, qp, qh = self.quantiles
+        need = self.min_samples
+        for k in self.keys(wl):
+            s = self._samples.get(k)
+            if s is None or len(s.sorted) < need:
+                continue
+            xs = s.sorted
+            if elapsed <= 0:
+                if s.cache is None:
+                    s.cache = Prediction(_quantile(xs, ql), _quantile(xs, qp), _quantile(xs, qh))
+                return s.cache
+            i = bisect.bisect_right(xs, elapsed)
+            if len(xs) - i < need:
+                continue  # too few runs this long under this key: ask a broader one
+            return Prediction(_quantile(xs, ql, i), _quantile(xs, qp, i), _quantile(xs, qh, i))
+        return _at_least(self.fallback.predict(wl, elapsed), elapsed)
+
+
+MODELS = ("history", "declared", "oracle")
+
+
+__all__ = [
+    "COMMAND_ANNOTATION",
+    "DEFAULT_RUNTIME_SECONDS",
+    "DeclaredRuntime",
+    "HistoryRuntime",
+    "MODELS",
+    "OWNER_LABEL",
+    "OracleRuntime",
+    "Prediction",
+    "RuntimeModel",
+    "default_history_keys",
+]
