@@ -13,6 +13,8 @@ Console script ``jupyter-gpuqueue`` (so ``jupyter gpuqueue ...`` works). Subcomm
     queues | inventory | prices | info
     export-kueue [--config FILE]  the queue configuration as Kueue YAML (admins; offline from files)
     import-kueue FILE         replace the queue configuration with Kueue YAML (admins)
+    upgrade-db [--db-url URL] the ledger's schema to this release's (offline; SQLite backed up first)
+    backup FILE [--db-url URL]  a copy of the SQLite ledger (online backup API; pg_dump for PostgreSQL)
     bench submit|drain|panels benchmarks of the live service against a real server (BENCHMARKS.md)
 
 Exit status: 0 on success; 2 on bad input or an error answer from the server (the message, naming
@@ -25,6 +27,7 @@ Modules, by command group:
 - ``jobs``: the commands that talk to a server, and the job options shared with the magics;
 - ``text``: how their answers are printed;
 - ``offline``: ``simulate``, ``replay``, ``export-kueue``;
+- ``database``: ``upgrade-db``, ``backup`` (the ledger, offline);
 - ``bench``: ``bench submit | drain | panels`` (``bench/cli.py``);
 - ``program``: the parser of all of them, the dispatch, ``main``.
 

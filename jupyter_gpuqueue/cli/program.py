@@ -9,10 +9,11 @@ import sys
 from typing import Callable, Optional, TextIO
 
 from ..errors import GpuQueueError
-from . import bench, jobs, offline
+from . import bench, database, jobs, offline
 from .args import PROG, ArgumentParser, HelpRequested, UsageError
 
-COMMANDS: dict[str, Callable[..., int]] = {**offline.COMMANDS, **jobs.COMMANDS, **bench.COMMANDS}
+COMMANDS: dict[str, Callable[..., int]] = {**offline.COMMANDS, **jobs.COMMANDS, **bench.COMMANDS,
+                                           **database.COMMANDS}
 PARSERS: dict[str, Callable[..., None]] = {**offline.PARSERS, **jobs.PARSERS}
 # The subcommands in the order of ``--help`` (``bench`` last, and only with server options).
 ORDER = ("simulate", "replay", "submit", "estimate", "list", "cancel", "logs", "queues", "inventory", "prices",
@@ -26,7 +27,7 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
     parser = ArgumentParser(
         prog=prog,
         description="A fair, quota-aware GPU queue (Kubernetes Kueue semantics) for Jupyter. "
-        "Commands other than `simulate`, `replay` and `export-kueue --config` (offline) talk to the running Jupyter server with jupyter_gpuqueue "
+        "Commands other than `simulate`, `replay`, `export-kueue --config`, `upgrade-db` and `backup` (offline) talk to the running Jupyter server with jupyter_gpuqueue "
         "(found automatically, or set GPUQUEUE_URL and GPUQUEUE_TOKEN).",
         epilog="Run `%(prog)s COMMAND --help` for a command's options. Exit status: 0 on "
         "success, 2 on bad input or an error from the server (the message names the field), "
@@ -47,6 +48,8 @@ def build_parser(prog: str = PROG, *, server_options: bool = True) -> ArgumentPa
     for name in ORDER:
         PARSERS[name](sub, server, as_json)
     if server_options:  # not in the %gpujob magic
+        for name in ("upgrade-db", "backup"):  # the ledger's upkeep, offline (database.py)
+            database.PARSERS[name](sub, server, as_json)
         bench.PARSERS["bench"](sub, server, as_json)
     return parser
 
