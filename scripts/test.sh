@@ -10,6 +10,14 @@ if ! command -v chromium >/dev/null 2>&1; then
     sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
   fi
 fi
+# PostgreSQL for the ledger's tests on PostgreSQL (tests/pgtools.py starts a throw-away server)
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
+  else
+    sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
+  fi
+fi
 scripts/setup-venv.sh test
 # configurable-http-proxy (npm) for the JupyterHub end-to-end tests (tests/hub/), kept in .ci-node/
 if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
