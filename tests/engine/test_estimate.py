@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from jupyter_gpuqueue.engine.estimate import (
@@ -13,7 +13,7 @@ from jupyter_gpuqueue.engine.estimate import (
 from jupyter_gpuqueue.engine.model import ANY, LOWER_PRIORITY, ClusterQueuePreemption
 from jupyter_gpuqueue.engine.runtime_model import DeclaredRuntime, HistoryRuntime, OracleRuntime
 from jupyter_gpuqueue.engine.scheduler import Scheduler, SchedulerOptions
-from jupyter_gpuqueue.engine.simulator import SimJob, Simulator
+from jupyter_gpuqueue.engine.simulator import SimJob, SimulationError, Simulator
 from jupyter_gpuqueue.engine.snapshot import snapshot, state_digest
 
 from builders import make_config, make_cq, wl
@@ -192,7 +192,7 @@ def test_history_window():
     assert m.predict(w1, 0.0).high == 2.5
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_oracle_without_arrivals_matches_the_simulation(data):
     """With true run times and nothing arriving later, the estimate is the simulated start."""
@@ -216,12 +216,21 @@ def test_oracle_without_arrivals_matches_the_simulation(data):
     sim = Simulator(sched_of(*cqs, batch=batch))
     sim.add_jobs(jobs)
     now = float(n - 1)
-    sim.run(until=now)
-    pending = [k for k in sim.scheduler.workloads if k not in sim.scheduler.admitted]
-    # restarts of preempted jobs: the oracle's run time is the whole run (the simulator restarts)
-    est = estimate_starts(sim.scheduler, now, OracleRuntime(runtimes), ranges=False)
-    sim.run()
+    try:
+        sim.run(until=now)
+        pending = [k for k in sim.scheduler.workloads if k not in sim.scheduler.admitted]
+        runs_before = {k: len(sim.jobs[k].runs) for k in pending}
+        # restarts of preempted jobs: the oracle's run time is the whole run (the simulator restarts)
+        # shape compression skips Kueue's walk; exact within one ClusterQueue, not across a cohort
+        compress = n_cq == 1 and data.draw(st.booleans())
+        est = estimate_starts(sim.scheduler, now, OracleRuntime(runtimes), ranges=False, compress=compress)
+        sim.run()
+    except SimulationError:
+        assume(False)  # Kueue's order livelocks here (docs/engine.md): nothing to compare
     for k in pending:
         j = sim.jobs[k]
-        first_after = next((r.start for r in j.runs if r.start >= now), None)
+        runs = j.runs[runs_before[k]:]
+        first_after = runs[0].start if runs else None
+        if est[k].reason == "PreemptionLivelock":
+            continue
         assert est[k].start_at == first_after, (k, est[k], j.runs)
