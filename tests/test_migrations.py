@@ -454,3 +454,19 @@ class TestServerWithAnOlderLedger:
             db = make_url(gpuqueue_config["db_url"]).database
             assert revision(gpuqueue_config["db_url"]) == "9001"
             assert len(glob.glob(db + ".*.bak")) == 1
+
+
+def test_the_commands_find_the_ledger_as_the_server_does(tmp_path, monkeypatch):
+    from jupyter_gpuqueue.cli.database import resolve_db_url
+
+    monkeypatch.delenv("GPUQUEUE_DB_URL", raising=False)
+    conf = tmp_path / "jupyter-config"
+    conf.mkdir()
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(conf))
+    (conf / "jupyter_server_config.py").write_text(f"c.GpuQueueApp.state_dir = {str(tmp_path / 'state')!r}\n")
+    assert resolve_db_url(None) == f"sqlite:///{tmp_path / 'state' / 'gpuqueue.sqlite'}"
+    (conf / "jupyter_server_config.py").write_text("c.GpuQueueApp.db_url = 'postgresql+psycopg://q@db/q'\n")
+    assert resolve_db_url(None) == "postgresql+psycopg://q@db/q"
+    monkeypatch.setenv("GPUQUEUE_DB_URL", "sqlite:////x.sqlite")
+    assert resolve_db_url(None) == "sqlite:////x.sqlite"
+    assert resolve_db_url("sqlite:////y.sqlite") == "sqlite:////y.sqlite"

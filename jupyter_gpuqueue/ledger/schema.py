@@ -24,7 +24,7 @@ Backups (:func:`backup_sqlite`) use SQLite's online backup API: a consistent cop
 server runs, WAL included. PostgreSQL is backed up with ``pg_dump`` (README, "Upgrades and
 backups").
 
-Making a revision (developers): ``python -m jupyter_gpuqueue.ledger.schema revision -m "what"
+Making a revision (developers): ``python -m jupyter_gpuqueue.ledger.migrations revision -m "what"
 --autogenerate``, then read and fix it by hand (see ``migrations/__init__.py``).
 """
 
@@ -311,13 +311,13 @@ def backup_sqlite(path: str, dest: str) -> str:
 
 
 def _main(argv: Optional[list[str]] = None) -> int:
-    """``python -m jupyter_gpuqueue.ledger.schema revision -m MESSAGE [--autogenerate]
+    """``python -m jupyter_gpuqueue.ledger.migrations revision -m MESSAGE [--autogenerate]
     [--db-url URL]``: a new revision file in ``migrations/versions`` (autogenerate compares
     ``orm.py`` with a ledger at the current head: by default a temporary SQLite one)."""
     import argparse
     import tempfile
 
-    p = argparse.ArgumentParser(prog="python -m jupyter_gpuqueue.ledger.schema")
+    p = argparse.ArgumentParser(prog="python -m jupyter_gpuqueue.ledger.migrations")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("revision", help="write a new revision (review it by hand)")
     r.add_argument("-m", "--message", required=True)
@@ -340,5 +340,3 @@ def _main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())

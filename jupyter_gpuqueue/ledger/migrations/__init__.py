@@ -8,7 +8,7 @@
 - ``script.py.mako``: the template of a new revision.
 
 A schema change is: edit ``orm.py``; add a revision here (``python -m
-jupyter_gpuqueue.ledger.schema revision -m "what changed" --autogenerate``, then read and fix
+jupyter_gpuqueue.ledger.migrations revision -m "what changed" --autogenerate``, then read and fix
 it: batch mode, server defaults for new NOT NULL columns, data moved by hand); add a dump of a
 ledger made by the previous release under ``tests/ledger_dumps/`` (see its README);
 ``tests/test_migrations.py`` then checks that the migrated schema is the ORM's and that the dumps
