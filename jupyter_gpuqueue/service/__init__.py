@@ -1,9 +1,15 @@
 """The service: the single owner of live state (DESIGN.md, "Layers").
 
-One module per responsibility, each a class composed into :class:`QueueService`:
+One module per responsibility, each a class composed into :class:`QueueService` and given, at
+construction, only the collaborators it works with (its docstring lists them), never the service:
 
 - ``queue_service``: QueueService, the live state and its loop; it owns the engine, the ledger,
   the backend and the clock, wires the rest, and is the API the server, the hub and tests use;
+- ``live``: the state QueueService shares by reference with its collaborators: ``LiveConfig``
+  (configuration, prices, Scheduler, budgets, clock: replaced while it runs) and ``LiveState``
+  (the tracked workloads and the loop's flags);
+- ``checks``: what a request is checked for wherever it comes from (priority class, run time,
+  GPUs / MIG profile / flavor, Kueue's ExceedsMaxQuota, command);
 - ``submissions``: a request or a manifest → spec + engine Workload, with every check;
 - ``intake``: accepted submissions persisted (one by one or in a group commit), then queued;
 - ``admission``: a cycle's decisions applied: admit, launch, preempt, requeue, finish, maximum

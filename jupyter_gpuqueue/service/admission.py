@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..backends.base import LaunchSpec
 from ..engine import serialize
@@ -21,12 +21,44 @@ from ..engine.preemption import HUMAN_REASONS
 from ..errors import Forbidden, GpuQueueError
 from .states import ADMITTED, CANCELLED, FAILED, FINISHED_STATES, PENDING, RUNNING, is_lease
 
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..ledger import Ledger
+    from .billing import Billing
+    from .costs import Costs
+    from .events import EventHub
+    from .live import LiveConfig, LiveState
+    from .logs import Logs
+    from .views import Views
+
 
 class Admission:
-    """Applies scheduling decisions to the live state of ``service`` (a QueueService)."""
+    """Applies scheduling decisions to the live state.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``conf`` (LiveConfig: Scheduler, prices, clock), ``live`` (LiveState: records,
+    engine Workloads, what is being stopped, Kueue's positions, the loop's flags), the ``ledger``,
+    the ``backend`` (starts, stops, suspends), ``billing`` (usage intervals), ``costs`` (spot
+    notices and environment, budget holds), ``events``, ``views`` (a cancelled workload's view),
+    ``logs`` (log paths) and ``wake`` (the loop's wake-up). Settings: ``delegated`` (Kueue admits),
+    ``stop_grace_seconds`` and ``lease_preemption_grace_seconds``."""
+
+    def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", backend: "Backend",
+                 billing: "Billing", costs: "Costs", events: "EventHub", views: "Views", logs: "Logs",
+                 wake: Callable[[], None], *, delegated: bool, stop_grace_seconds: float,
+                 lease_preemption_grace_seconds: float):
+        self.conf = conf
+        self.live = live
+        self.ledger = ledger
+        self.backend = backend
+        self.billing = billing
+        self.costs = costs
+        self.events = events
+        self.views = views
+        self.logs = logs
+        self.wake = wake
+        self.delegated = delegated
+        self.stop_grace_seconds = stop_grace_seconds
+        self.lease_preemption_grace_seconds = lease_preemption_grace_seconds
         self._to_launch: list[str] = []  # admitted, to be started (launch_some)
         self._launch_scheduled = False
         self._reasons_to_write: dict[str, None] = {}  # uids whose new pending reason is not written yet
@@ -44,7 +76,7 @@ class Admission:
     launch_chunk = 1
 
     def schedule(self, now: float) -> None:
-        if self.svc.delegated:
+        if self.delegated:
             return self.schedule_delegated(now)
         # O(what changed) per tick, not O(pending) (BENCHMARKS.md, "The live service"): a cycle
         # gives new reasons only to the heads it considered (CycleResult.requeued), so only those
@@ -61,12 +93,12 @@ class Admission:
         admitted: list[Workload] = []
         changed = False
         # (Only in the service's own loop: a tick() called directly schedules to the end.)
-        deadline = time.perf_counter() + self.schedule_slice_seconds if self.svc.slicing else math.inf
+        deadline = time.perf_counter() + self.schedule_slice_seconds if self.live.slicing else math.inf
         for _ in range(10_000):
             if changed and time.perf_counter() > deadline:
-                self.svc.wake()  # not done: go on in the next tick
+                self.wake()  # not done: go on in the next tick
                 break
-            result = self.svc.scheduler.schedule(now)
+            result = self.conf.scheduler.schedule(now)
             if result.heads == 0 or not result.changed:
                 break
             changed = True
@@ -80,20 +112,20 @@ class Admission:
         self.apply_admissions(admitted, now)
         updates = []
         for key in considered:
-            uid = self.svc.by_key.get(key)
-            rec = self.svc.records.get(uid) if uid is not None else None
+            uid = self.live.by_key.get(key)
+            rec = self.live.records.get(uid) if uid is not None else None
             if rec is None or rec["state"] != PENDING:
                 continue
-            reason, message = self.svc.scheduler.reason(key) or ("Pending", "")
+            reason, message = self.conf.scheduler.reason(key) or ("Pending", "")
             if (rec.get("reason"), rec.get("message")) != (reason, message):
                 rec["reason"], rec["message"] = reason, message
                 updates.append(uid)
         for uid in updates:
             self._reasons_to_write[uid] = None
-            self.svc.events.emit_workload(uid)
+            self.events.emit_workload(uid)
         if changed:
-            self.svc.events.emit_coalesced("queues")
-            self.svc.events.emit_coalesced("inventory")
+            self.events.emit_coalesced("queues")
+            self.events.emit_coalesced("inventory")
 
     def write_reasons(self, now: float) -> None:
         """Write the reasons that scheduling cycles gave pending workloads since the last call, in
@@ -103,28 +135,28 @@ class Admission:
         every new workload gets one as it becomes a head."""
         items = []
         for uid in self._reasons_to_write:
-            rec = self.svc.records.get(uid)
+            rec = self.live.records.get(uid)
             if rec is not None and rec["state"] == PENDING:  # admitted meanwhile: its row is newer
                 items.append((uid, rec.get("reason"), rec.get("message")))
         self._reasons_to_write = {}
         self._reasons_written_at = now
         if items:
-            self.svc.ledger.set_reasons(items)
+            self.ledger.set_reasons(items)
 
     def apply_admissions(self, admitted: list[Workload], now: float) -> None:
         """Apply the admissions of this tick's cycles: all recorded in one transaction (a decision
         is persisted before it is applied), then all started, their runs recorded in one more."""
         if not admitted:
             return
-        uids = [self.svc.by_key[wl.key] for wl in admitted]
-        with self.svc.events.batch():
+        uids = [self.live.by_key[wl.key] for wl in admitted]
+        with self.events.batch():
             self.admit_many(list(zip(uids, admitted)), now)
         self._to_launch.extend(uids)
-        if self.svc.slicing and not self._launch_scheduled:
+        if self.live.slicing and not self._launch_scheduled:
             # In the service's loop: started from the next loop turn on, after the tick has let go.
             self._launch_scheduled = True
             asyncio.get_running_loop().call_soon(self.launch_some)
-        elif not self.svc.slicing:
+        elif not self.live.slicing:
             self.launch_some()
 
     def launch_some(self) -> None:
@@ -133,14 +165,14 @@ class Admission:
         fork and exec (≈ 2-3 ms here): a tick that admits 30 jobs would otherwise hold the loop
         for 100 ms. A job that left Admitted meanwhile (cancelled, preempted) is skipped; one not
         started when the server dies is started at restart (restore)."""
-        if self._launch_scheduled and not self.svc.started:
+        if self._launch_scheduled and not self.live.started:
             return  # stopped meanwhile: the rest is Admitted in the ledger, started at the next start
-        chunk = self.launch_chunk if self.svc.slicing or self._launch_scheduled else len(self._to_launch)
+        chunk = self.launch_chunk if self.live.slicing or self._launch_scheduled else len(self._to_launch)
         self._launch_scheduled = False
         batch, self._to_launch = self._to_launch[:chunk], self._to_launch[chunk:]
-        with self.svc.events.batch():
+        with self.events.batch():
             for uid in batch:
-                rec = self.svc.records.get(uid)
+                rec = self.live.records.get(uid)
                 if rec is not None and rec["state"] == ADMITTED and not rec.get("run"):
                     self.launch(uid)
         if self._to_launch:
@@ -152,24 +184,24 @@ class Admission:
         the ledger in two statements (Ledger.admit_workloads) instead of two per workload."""
         admissions, intervals, opened = [], [], []
         for uid, wl in items:
-            rec = self.svc.records[uid]
+            rec = self.live.records[uid]
             admission = serialize.admission_to_dict(wl.admission)
             admissions.append({"uid": uid, "admission": admission, "admitted_at": now,
                                "cluster_queue": wl.admission.cluster_queue})
-            first = uid in self.svc.billing._billing or not rec.get("evictions")  # every interval of it seen here
+            first = uid in self.billing._billing or not rec.get("evictions")  # every interval of it seen here
             rates = []
-            for flavor, resource, qty in self.svc.billing.billable(wl):  # GPUs / MIG slices held (service/costs.py)
-                gpu_eq = self.svc.prices.gpu_equivalent(resource, qty)
+            for flavor, resource, qty in self.billing.billable(wl):  # GPUs / MIG slices held (service/costs.py)
+                gpu_eq = self.conf.prices.gpu_equivalent(resource, qty)
                 if gpu_eq <= 0:
                     continue
-                rate = self.svc.prices.usd_per_hour(flavor, resource, qty)
+                rate = self.conf.prices.usd_per_hour(flavor, resource, qty)
                 intervals.append({"workload_uid": uid, "flavor": flavor, "resource": resource, "quantity": qty,
                                   "gpu_equivalent": gpu_eq, "usd_per_hour": rate, "start": now})
                 rates.append(rate)
             opened.append((uid, rec, admission, wl, first, rates))
-        self.svc.ledger.admit_workloads(admissions, intervals)
+        self.ledger.admit_workloads(admissions, intervals)
         for uid, rec, admission, wl, first, rates in opened:
-            self.svc.billing.billing_opened(uid, now, rates, first)
+            self.billing.billing_opened(uid, now, rates, first)
             rec.update(state=ADMITTED, admission=admission, admitted_at=now,
                        cluster_queue=wl.admission.cluster_queue, reason=None, message=None)
 
@@ -179,8 +211,8 @@ class Admission:
             self.launch(uid)
 
     def launch(self, uid: str) -> None:
-        rec = self.svc.records[uid]
-        wl = self.svc.engine_workloads[uid]
+        rec = self.live.records[uid]
+        wl = self.live.engine_workloads[uid]
         spec = rec["spec"]
         devices = [d for p in wl.admission.placements for d in p.devices]
         visible = ",".join(devices)
@@ -196,15 +228,15 @@ class Admission:
                 "GPUQUEUE_CLUSTER_QUEUE": wl.admission.cluster_queue,
                 "GPUQUEUE_FLAVOR": ",".join(sorted({f for p in wl.admission.pod_set_assignments for f in p.flavors.values()})),
                 "GPUQUEUE_MAX_RUNTIME_SECONDS": str(spec.get("maxRuntimeSeconds") or ""),
-                **self.svc.costs.spot_env(rec),  # GPUQUEUE_SPOT, GPUQUEUE_PREEMPTION_* (service/costs.py)
+                **self.costs.spot_env(rec),  # GPUQUEUE_SPOT, GPUQUEUE_PREEMPTION_* (service/costs.py)
             }
         )
-        log_path = self.svc.logs.log_path(rec)
+        log_path = self.logs.log_path(rec)
         launch = LaunchSpec(uid=uid, key=f"{rec['namespace']}/{rec['name']}", argv=list(spec["command"]),
                             cwd=spec["workingDir"], env=env, log_path=log_path, workload=self.cluster_context(rec))
-        now = self.svc.clock()
+        now = self.conf.clock()
         try:
-            info = self.svc.backend.start(launch)
+            info = self.backend.start(launch)
         except GpuQueueError as exc:
             self.finish(uid, FAILED, None, now, f"could not start: {exc.message}")
             return
@@ -212,75 +244,75 @@ class Admission:
             self.finish(uid, FAILED, None, now, f"could not start: {exc}")
             return
         # A cluster backend reports Running itself once a Pod runs (see _observe).
-        started_at = None if getattr(self.svc.backend, "reports_running", False) and not is_lease(rec) else info.started_at
+        started_at = None if getattr(self.backend, "reports_running", False) and not is_lease(rec) else info.started_at
         state = RUNNING if started_at is not None else ADMITTED
-        if getattr(self.svc.backend, "starts_async", False) and not is_lease(rec):
+        if getattr(self.backend, "starts_async", False) and not is_lease(rec):
             # The backend starts it in a worker (Kubernetes: start_concurrency); the run is on
             # record once it reports Started (observe), so that a restart before that starts it
             # again (idempotently) instead of looking for a Job that was never created.
-            self.svc.ledger.update_workload(uid, state=state, started_at=started_at)
+            self.ledger.update_workload(uid, state=state, started_at=started_at)
         else:
-            self.svc.ledger.update_workload(uid, state=state, run=info.to_json(), started_at=started_at)
+            self.ledger.update_workload(uid, state=state, run=info.to_json(), started_at=started_at)
         rec.update(state=state, run=info.to_json(), started_at=started_at)
-        self.svc.events.emit_workload(uid)
+        self.events.emit_workload(uid)
 
     def preempt(self, p, now: float) -> None:
         """A victim was chosen: stop its process; it goes back to the queue once it is gone
         (``_requeue_evicted``), and only then are its quota and devices released."""
-        uid = self.svc.by_key.get(p.victim)
+        uid = self.live.by_key.get(p.victim)
         if uid is None:
             return
-        rec = self.svc.records[uid]
-        preemptor = self.svc.records.get(self.svc.by_key.get(p.preemptor, ""), {})
+        rec = self.live.records[uid]
+        preemptor = self.live.records.get(self.live.by_key.get(p.preemptor, ""), {})
         message = (f"Preempted to accommodate {p.preemptor} (UID: {preemptor.get('uid', '?')}) due to "
                    f"{HUMAN_REASONS.get(p.reason, p.reason)}")
         rec["message"] = message
-        self.svc.ledger.update_workload(uid, message=message)
-        if rec["state"] == RUNNING and uid in self.svc.backend.running() and is_lease(rec):
+        self.ledger.update_workload(uid, message=message)
+        if rec["state"] == RUNNING and uid in self.backend.running() and is_lease(rec):
             # A notebook lease is warned, not cut: it keeps its quota and devices until its
             # evictionDeadline (persisted in its run, so a restart keeps the same deadline).
             run = dict(rec.get("run") or {})
-            deadline = run.get("evictionDeadline") or now + self.svc.lease_preemption_grace_seconds
+            deadline = run.get("evictionDeadline") or now + self.lease_preemption_grace_seconds
             run["evictionDeadline"] = deadline
             run.setdefault("evictionReason", p.reason)
-            self.svc.ledger.update_workload(uid, run=run)
+            self.ledger.update_workload(uid, run=run)
             rec["run"] = run
-            self.svc.stopping[uid] = "Preempted:" + p.reason
-            self.svc.backend.stop(uid, message, max(0.0, deadline - self.svc.clock()))  # released at the deadline
-        elif rec["state"] == RUNNING and self.svc.costs.spot_notice(uid, p.reason, message, now):
+            self.live.stopping[uid] = "Preempted:" + p.reason
+            self.backend.stop(uid, message, max(0.0, deadline - self.conf.clock()))  # released at the deadline
+        elif rec["state"] == RUNNING and self.costs.spot_notice(uid, p.reason, message, now):
             pass  # a spot job is told first (notice file + SIGUSR1); SIGTERM follows (service/costs.py)
-        elif rec["state"] in (ADMITTED, RUNNING) and uid in self.svc.backend.running():
+        elif rec["state"] in (ADMITTED, RUNNING) and uid in self.backend.running():
             # The eviction is recorded before the job is stopped: a server killed before it saw
             # the job end requeues it at restart (restore) instead of marking it Failed.
             run = {**(rec.get("run") or {}), "evictionReason": p.reason}
-            self.svc.ledger.update_workload(uid, run=run)
+            self.ledger.update_workload(uid, run=run)
             rec["run"] = run
-            self.svc.stopping[uid] = "Preempted:" + p.reason
+            self.live.stopping[uid] = "Preempted:" + p.reason
             # Kubernetes suspends the Job (as Kueue does); the local backend stops the process.
-            getattr(self.svc.backend, "suspend", self.svc.backend.stop)(uid, message, self.svc.stop_grace_seconds)
+            getattr(self.backend, "suspend", self.backend.stop)(uid, message, self.stop_grace_seconds)
         else:
             self.requeue_evicted(uid, now, p.reason, message)
-        self.svc.events.emit_workload(uid)
+        self.events.emit_workload(uid)
 
     def requeue_evicted(self, uid: str, when: float, reason: str, message: str) -> None:
         """A preempted workload has stopped: close its usage, release its quota, queue it again."""
-        rec = self.svc.records[uid]
+        rec = self.live.records[uid]
         key = f"{rec['namespace']}/{rec['name']}"
         evictions = int(rec.get("evictions") or 0) + 1
-        with self.svc.ledger.transaction():
-            self.svc.ledger.close_intervals(uid, when)
-            self.svc.billing.billing_closed(uid, when)
-            self.svc.ledger.update_workload(uid, state=PENDING, admission=None, run=None, admitted_at=None,
+        with self.ledger.transaction():
+            self.ledger.close_intervals(uid, when)
+            self.billing.billing_closed(uid, when)
+            self.ledger.update_workload(uid, state=PENDING, admission=None, run=None, admitted_at=None,
                                         started_at=None, evictions=evictions, reason="Preempted",
                                         message=message)
         rec.update(state=PENDING, admission=None, run=None, admitted_at=None, started_at=None,
                    evictions=evictions, reason="Preempted", message=message)
-        if key in self.svc.scheduler.admitted:
-            self.svc.scheduler.evict(key, when)
-        self.svc.dirty = True
-        self.svc.events.emit_workload(uid)
-        self.svc.events.emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
-        self.svc.events.emit_coalesced("inventory")
+        if key in self.conf.scheduler.admitted:
+            self.conf.scheduler.evict(key, when)
+        self.live.dirty = True
+        self.events.emit_workload(uid)
+        self.events.emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
+        self.events.emit_coalesced("inventory")
 
     def cluster_context(self, rec: dict) -> dict:
         """What a cluster backend needs to build the workload's Job (LaunchSpec.workload)."""
@@ -290,68 +322,68 @@ class Admission:
 
     def schedule_delegated(self, now: float) -> None:
         """Kueue admits: every pending workload gets its (suspended, queue-labelled) Job now."""
-        for uid, rec in list(self.svc.records.items()):
-            if rec["state"] != PENDING or uid in self.svc.backend.running():
+        for uid, rec in list(self.live.records.items()):
+            if rec["state"] != PENDING or uid in self.backend.running():
                 continue
             launch = LaunchSpec(uid=uid, key=f"{rec['namespace']}/{rec['name']}", argv=list(rec["spec"]["command"]),
                                 cwd=rec["spec"]["workingDir"], workload=self.cluster_context(rec))
             try:
-                info = self.svc.backend.start(launch)
+                info = self.backend.start(launch)
             except GpuQueueError as exc:
                 self.finish(uid, FAILED, None, now, f"could not create the Job: {exc.message}")
                 continue
-            self.svc.ledger.update_workload(uid, run=info.to_json())
+            self.ledger.update_workload(uid, run=info.to_json())
             rec["run"] = info.to_json()
 
     def observe(self, st, now: float) -> None:
         """A non-final report of a cluster backend: ``Running`` (a Pod runs), ``Waiting`` (a Pod
         cannot start: message), and from Kueue ``Admitted`` (details: admission, billed from
         Kueue's admission time), ``Evicted`` (requeued), ``Pending`` (reason, message, positions)."""
-        uid, rec = st.uid, self.svc.records[st.uid]
+        uid, rec = st.uid, self.live.records[st.uid]
         d = st.details or {}
         at = st.finished_at or now
         if st.state == "Admitted" and rec["state"] == PENDING:
-            wl = self.svc.engine_workloads[uid]
+            wl = self.live.engine_workloads[uid]
             key = wl.key
-            self.svc.scheduler.remove_workload(key)
+            self.conf.scheduler.remove_workload(key)
             wl.admission = serialize.admission_from_dict(d["admission"])
-            self.svc.scheduler.add_workload(wl)  # the engine mirrors Kueue's usage
-            self.svc.kueue_positions.pop(uid, None)
+            self.conf.scheduler.add_workload(wl)  # the engine mirrors Kueue's usage
+            self.live.kueue_positions.pop(uid, None)
             self.admit(uid, wl, at, launch=False)
         elif st.state == "Running" and rec["state"] == ADMITTED:
-            self.svc.ledger.update_workload(uid, state=RUNNING, started_at=at, message=None)
+            self.ledger.update_workload(uid, state=RUNNING, started_at=at, message=None)
             rec.update(state=RUNNING, started_at=at, message=None)
         elif st.state == "Evicted" and rec["state"] in (ADMITTED, RUNNING):
             self.requeue_evicted(uid, at, d.get("reason") or "Evicted", st.message)
             return
         elif st.state == "Pending" and rec["state"] == PENDING:
             pos = (d.get("positionInClusterQueue"), d.get("positionInLocalQueue"))
-            changed = self.svc.kueue_positions.get(uid) != pos
-            self.svc.kueue_positions[uid] = pos
+            changed = self.live.kueue_positions.get(uid) != pos
+            self.live.kueue_positions[uid] = pos
             reason, message = d.get("reason") or "Pending", st.message or None
             if (rec.get("reason"), rec.get("message")) != (reason, message):
                 changed = True
                 rec.update(reason=reason, message=message)
-                self.svc.ledger.update_workload(uid, reason=reason, message=message)
+                self.ledger.update_workload(uid, reason=reason, message=message)
             if not changed:
                 return
         elif st.state == "Started":  # a start done by a backend's worker: its run goes on record
-            self.svc.ledger.update_workload(uid, run=d.get("run") or rec.get("run"))
+            self.ledger.update_workload(uid, run=d.get("run") or rec.get("run"))
             return
         elif st.state == "Waiting" and st.message and rec.get("message") != st.message:
             rec["message"] = st.message
-            self.svc.ledger.update_workload(uid, message=st.message)
+            self.ledger.update_workload(uid, message=st.message)
         else:
             return
-        self.svc.events.emit_workload(uid)
-        self.svc.events.emit({"type": "queues"})
+        self.events.emit_workload(uid)
+        self.events.emit({"type": "queues"})
 
     def finish(self, uid: str, state: str, exit_code: Optional[int], when: float, message: str,
                 *, in_scheduler: bool = True) -> None:
-        rec = self.svc.records.get(uid)
+        rec = self.live.records.get(uid)
         if rec is None:
             return
-        stop_reason = self.svc.stopping.pop(uid, None)
+        stop_reason = self.live.stopping.pop(uid, None)
         if stop_reason and stop_reason.startswith("Preempted:") and rec["state"] != CANCELLED:
             if not is_lease(rec):
                 self.requeue_evicted(uid, when, stop_reason.split(":", 1)[1], rec.get("message") or message)
@@ -367,65 +399,65 @@ class Admission:
             state, reason = FAILED, stop_reason
             message = f"exceeded its maximum run time of {rec['spec'].get('maxRuntimeSeconds')} s"
         if rec["state"] != CANCELLED:
-            with self.svc.ledger.transaction():
-                self.svc.ledger.close_intervals(uid, when)
-                self.svc.billing.billing_closed(uid, when)
-                self.svc.ledger.update_workload(uid, state=state, exit_code=exit_code, finished_at=when,
+            with self.ledger.transaction():
+                self.ledger.close_intervals(uid, when)
+                self.billing.billing_closed(uid, when)
+                self.ledger.update_workload(uid, state=state, exit_code=exit_code, finished_at=when,
                                             reason=reason, message=message or None)
             rec.update(state=state, exit_code=exit_code, finished_at=when, reason=reason, message=message or None)
         key = f"{rec['namespace']}/{rec['name']}"
         if in_scheduler:
-            self.svc.scheduler.remove_workload(key)
-        self.svc.engine_workloads.pop(uid, None)
-        self.svc.dirty = True
-        self.svc.events.emit_workload(uid)
-        self.svc.events.emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
-        self.svc.events.emit_coalesced("inventory")
+            self.conf.scheduler.remove_workload(key)
+        self.live.engine_workloads.pop(uid, None)
+        self.live.dirty = True
+        self.events.emit_workload(uid)
+        self.events.emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
+        self.events.emit_coalesced("inventory")
         # Finished work lives on in the ledger only.
-        self.svc.records.pop(uid, None)
-        self.svc.billing._billing.pop(uid, None)
-        self.svc.by_key.pop(key, None)
+        self.live.records.pop(uid, None)
+        self.billing._billing.pop(uid, None)
+        self.live.by_key.pop(key, None)
 
     def enforce_max_runtime(self, now: float) -> None:
-        for uid in self.svc.backend.running():  # O(running) per tick, not O(every active workload)
-            rec = self.svc.records.get(uid)
-            if rec is None or rec["state"] != RUNNING or uid in self.svc.stopping:
+        for uid in self.backend.running():  # O(running) per tick, not O(every active workload)
+            rec = self.live.records.get(uid)
+            if rec is None or rec["state"] != RUNNING or uid in self.live.stopping:
                 continue
             limit = rec["spec"].get("maxRuntimeSeconds")
             started = rec.get("started_at")
             if limit and started and now - started > limit:
-                self.svc.stopping[uid] = "MaximumExecutionTimeExceeded"
-                grace = 0.0 if is_lease(rec) else self.svc.stop_grace_seconds  # a lease ends on time
-                self.svc.backend.stop(uid, "exceeded maximum run time", grace)
+                self.live.stopping[uid] = "MaximumExecutionTimeExceeded"
+                grace = 0.0 if is_lease(rec) else self.stop_grace_seconds  # a lease ends on time
+                self.backend.stop(uid, "exceeded maximum run time", grace)
 
     def cancel(self, namespace: str, name: str, *, user: str) -> dict:
         """Cancel a workload of ``user``: pending ones leave the queue, running ones get SIGTERM (then
         SIGKILL after the grace period). Billing stops now; the devices are released once the process
         is gone. Finished workloads are returned unchanged. Raises NotFound, Forbidden."""
-        rec = self.svc.record(namespace, name)
+        rec = self.live.record(namespace, name)
         if rec["owner"] != user:
             raise Forbidden(f"workload {namespace}/{name} belongs to {rec['owner']}", "name")
         if rec["state"] in FINISHED_STATES:
-            return self.svc.views.view(rec)
+            return self.views.view(rec)
         uid = rec["uid"]
-        now = self.svc.clock()
+        now = self.conf.clock()
         prev = rec["state"]
-        with self.svc.ledger.transaction():
-            self.svc.ledger.close_intervals(uid, now)
-            self.svc.billing.billing_closed(uid, now)
-            self.svc.ledger.update_workload(uid, state=CANCELLED, finished_at=now, reason="Cancelled",
+        with self.ledger.transaction():
+            self.ledger.close_intervals(uid, now)
+            self.billing.billing_closed(uid, now)
+            self.ledger.update_workload(uid, state=CANCELLED, finished_at=now, reason="Cancelled",
                                         message=f"cancelled by {user}")
         rec.update(state=CANCELLED, finished_at=now, reason="Cancelled", message=f"cancelled by {user}")
-        if uid in self.svc.backend.running() and (prev in (ADMITTED, RUNNING) or self.svc.delegated):
-            self.svc.stopping[uid] = "Cancelled"
-            grace = 0.0 if is_lease(rec) else self.svc.stop_grace_seconds  # a lease has no process to wait for
-            self.svc.backend.stop(uid, f"cancelled by {user}", grace)
+        if uid in self.backend.running() and (prev in (ADMITTED, RUNNING) or self.delegated):
+            self.live.stopping[uid] = "Cancelled"
+            grace = 0.0 if is_lease(rec) else self.stop_grace_seconds  # a lease has no process to wait for
+            self.backend.stop(uid, f"cancelled by {user}", grace)
         else:
-            self.svc.costs.budget_holds.pop(uid, None)
-            self.svc.scheduler.remove_workload(f"{namespace}/{name}")
-            self.svc.engine_workloads.pop(uid, None)
-            self.svc.dirty = True
-        self.svc.wake()
-        self.svc.events.emit_workload(uid)
-        self.svc.events.emit({"type": "queues"})
-        return self.svc.views.view(rec)
+            self.costs.budget_holds.pop(uid, None)
+            self.conf.scheduler.remove_workload(f"{namespace}/{name}")
+            self.live.engine_workloads.pop(uid, None)
+            self.live.dirty = True
+        self.wake()
+        self.events.emit_workload(uid)
+        self.events.emit({"type": "queues"})
+        return self.views.view(rec)

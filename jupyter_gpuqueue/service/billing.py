@@ -11,16 +11,25 @@ quota it was charged to (Kueue ``resources.transformations``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 from ..engine.model import PodSet, apply_transformations, is_device_resource
 from ..engine.placement import device_flavors
 
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+    from .live import LiveConfig
+
 
 class Billing:
-    """Billing of ``service``'s admitted work: what it is charged for and its cost so far."""
+    """Billing of admitted work: what it is charged for and its cost so far.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``conf`` (LiveConfig: the configuration's resource transformations) and the
+    ``ledger`` (the cost of workloads whose intervals were not all seen here)."""
+
+    def __init__(self, conf: "LiveConfig", ledger: "Ledger"):
+        self.conf = conf
+        self.ledger = ledger
         self._billing: dict[str, list[list]] = {}  # uid -> [[start, end, usd_per_hour]]
 
     def billing_opened(self, uid: str, start: float, rates: list[float], first: bool) -> None:
@@ -46,7 +55,7 @@ class Billing:
                        for start, end, rate in known)
         if rec.get("admitted_at") is None and not rec.get("evictions"):
             return 0.0  # intervals are opened only at admission
-        return self.svc.ledger.cost_usd(rec["uid"], now)
+        return self.ledger.cost_usd(rec["uid"], now)
 
     def billable(self, wl) -> list[tuple[str, str, int]]:
         """(flavor, device resource, quantity) an admitted engine Workload holds: its PodSets' GPU
@@ -61,7 +70,7 @@ class Billing:
             if ps is None:
                 out.extend((f, r, int(psa.resource_usage.get(r, 0))) for r, f in psa.flavors.items())
                 continue
-            flavors = device_flavors(ps, psa.flavors, self.svc.config.resource_transformations)
+            flavors = device_flavors(ps, psa.flavors, self.conf.config.resource_transformations)
             out.extend((flavors[r], r, q * psa.count) for r, q in ps.requests.items()
                        if q > 0 and is_device_resource(r) and r in flavors)
         return out
@@ -77,7 +86,7 @@ class Billing:
                 continue
             requests = {r: int(q) for r, q in p["requests"].items()}
             flavors = device_flavors(PodSet(p["name"], int(p.get("count", 1)), requests), psa["flavors"],
-                                     self.svc.config.resource_transformations)
+                                     self.conf.config.resource_transformations)
             out.extend((flavors[r], r, q * int(psa["count"])) for r, q in requests.items()
                        if q > 0 and is_device_resource(r) and r in flavors)
         return out
@@ -85,16 +94,16 @@ class Billing:
     def transformed_inputs(self, covered: set) -> set:
         """Resources whose transformation outputs (Kueue ``resources.transformations``) are all in
         ``covered``: a MIG profile replaced by GPU slices is requestable where slices are offered."""
-        return {t.input for t in self.svc.config.resource_transformations.values()
+        return {t.input for t in self.conf.config.resource_transformations.values()
                 if t.outputs and all(o in covered for o in t.outputs)}
 
     def quota_resource(self, cq, ps: PodSet, resource: str) -> tuple[str, PodSet]:
         """The resource ``ps``'s ``resource`` is charged to in ``cq``, and ``ps`` with its requests
         as charged: itself when ``cq`` covers it, else its transformation's first covered output."""
-        t = self.svc.config.resource_transformations.get(resource)
+        t = self.conf.config.resource_transformations.get(resource)
         if cq is None or t is None or cq.group_for(resource) is not None:
             return resource, ps
-        charged = apply_transformations(ps.requests, self.svc.config.resource_transformations)
+        charged = apply_transformations(ps.requests, self.conf.config.resource_transformations)
         for o in sorted(t.outputs):
             if cq.group_for(o) is not None:
                 return o, PodSet(ps.name, ps.count, charged, ps.min_count, ps.node_selector, ps.tolerations,

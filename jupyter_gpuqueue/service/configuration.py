@@ -3,7 +3,8 @@ validated by ``admin.py``), stored in the ledger with an audit entry, and restor
 
 from __future__ import annotations
 
-from typing import Optional
+import logging
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..engine.model import ClusterConfig
 from ..engine.scheduler import Scheduler
@@ -11,12 +12,27 @@ from ..errors import GpuQueueError, ValidationError
 from ..ledger import Prices
 from .states import ACTIVE_STATES, PENDING
 
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+    from .events import EventHub
+    from .live import LiveConfig, LiveState
+
 
 class Configuration:
-    """Applies, loads and discards the live configuration of ``service``."""
+    """Applies, loads and discards the live configuration.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``conf`` (LiveConfig: the configuration, prices and Scheduler it replaces),
+    ``live`` (LiveState: the active workloads a change must keep), the ``ledger`` (stored
+    configurations, audit), ``events``, ``wake`` (the loop's wake-up) and ``log``."""
+
+    def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", events: "EventHub",
+                 wake: Callable[[], None], log: logging.Logger):
+        self.conf = conf
+        self.live = live
+        self.ledger = ledger
+        self.events = events
+        self.wake = wake
+        self.log = log
 
     def apply_config(self, config: ClusterConfig, *, actor: str, operation: str, target: str = "",
                      before=None, after=None, prices: Optional[Prices] = None) -> dict:
@@ -38,7 +54,7 @@ class Configuration:
         from ..admin import config_to_yaml
 
         lost = []
-        for rec in self.svc.records.values():
+        for rec in self.live.records.values():
             if rec["state"] not in ACTIVE_STATES:
                 continue
             key, lq_key = f"{rec['namespace']}/{rec['name']}", f"{rec['namespace']}/{rec['local_queue']}"
@@ -54,30 +70,30 @@ class Configuration:
             raise ValidationError(
                 "the new configuration drops queues that active workloads use; keep those queues, or let the "
                 f"workloads finish or cancel them first: {'; '.join(lost[:10])}{more}", "localQueues")
-        prices = prices or self.svc.prices
-        now = self.svc.clock()
+        prices = prices or self.conf.prices
+        now = self.conf.clock()
         moved = {}  # pending workloads whose LocalQueue now points to another ClusterQueue
-        for uid, rec in self.svc.records.items():
+        for uid, rec in self.live.records.items():
             lq = config.local_queues.get(f"{rec['namespace']}/{rec['local_queue']}")
             if rec["state"] == PENDING and lq is not None and lq.cluster_queue != rec.get("cluster_queue"):
                 moved[uid] = lq.cluster_queue
-        with self.svc.ledger.transaction():
-            self.svc.ledger.save_config(config_to_yaml(config), prices.to_json(), actor, now)
-            audit_id = self.svc.ledger.add_audit(actor=actor, operation=operation, target=target,
+        with self.ledger.transaction():
+            self.ledger.save_config(config_to_yaml(config), prices.to_json(), actor, now)
+            audit_id = self.ledger.add_audit(actor=actor, operation=operation, target=target,
                                              before=before, after=after, at=now)
             for uid, cq in moved.items():
-                self.svc.ledger.update_workload(uid, cluster_queue=cq)
+                self.ledger.update_workload(uid, cluster_queue=cq)
         for uid, cq in moved.items():
-            self.svc.records[uid]["cluster_queue"] = cq
+            self.live.records[uid]["cluster_queue"] = cq
         # The engine's live reconfiguration: quota tree and queues rebuilt, every admitted workload
         # re-charged with its admission, admission time and devices, every pending one re-queued in
         # its original order.
-        self.svc.scheduler.update_config(config)
-        self.svc.config, self.svc.prices = config, prices
-        self.svc.log.info("gpuqueue: %s applied %s %s", actor, operation, target)
-        self.svc.wake()
-        self.svc.events.emit({"type": "queues"})
-        self.svc.events.emit({"type": "inventory"})
+        self.conf.scheduler.update_config(config)
+        self.conf.config, self.conf.prices = config, prices
+        self.log.info("gpuqueue: %s applied %s %s", actor, operation, target)
+        self.wake()
+        self.events.emit({"type": "queues"})
+        self.events.emit({"type": "inventory"})
         return {"appliedAt": now, "auditId": audit_id}
 
     def load_stored_config(self) -> bool:
@@ -86,7 +102,7 @@ class Configuration:
         ValidationError (field ``storedConfig``) when the stored YAML no longer validates."""
         from ..admin import load_config_text
 
-        row = self.svc.ledger.active_config()
+        row = self.ledger.active_config()
         if row is None:
             return False
         try:
@@ -95,17 +111,17 @@ class Configuration:
         except GpuQueueError as exc:
             raise ValidationError(f"the stored configuration is invalid ({exc}); start with "
                                   "GpuQueueApp.discard_stored_config=True to drop it", "storedConfig") from None
-        self.svc.config, self.svc.prices = config, prices
-        self.svc.scheduler = Scheduler(config, self.svc.scheduler.inventory, self.svc.scheduler.options)
+        self.conf.config, self.conf.prices = config, prices
+        self.conf.scheduler = Scheduler(config, self.conf.scheduler.inventory, self.conf.scheduler.options)
         return True
 
     def discard_stored_config(self, *, actor: str) -> int:
         """Drop every stored configuration (audited) so that the config files rule from the next
         start on; returns how many were dropped."""
-        now = self.svc.clock()
-        with self.svc.ledger.transaction():
-            n = self.svc.ledger.discard_config()
+        now = self.conf.clock()
+        with self.ledger.transaction():
+            n = self.ledger.discard_config()
             if n:
-                self.svc.ledger.add_audit(actor=actor, operation="discard-stored-config", target="",
+                self.ledger.add_audit(actor=actor, operation="discard-stored-config", target="",
                                       before={"storedConfigurations": n}, after=None, at=now)
         return n

@@ -33,13 +33,23 @@ from __future__ import annotations
 import json
 import os
 import signal as signals
-from typing import Optional
+import logging
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..budgets import BUDGET_EXCEEDED, Budgets
 from ..engine.model import GPU, MIG_PREFIX, Toleration
 from ..errors import Conflict, ValidationError
 from ..ledger import reports
-from . import names
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..engine.model import Inventory
+    from ..ledger import Ledger
+    from .billing import Billing
+    from .events import EventHub
+    from .live import LiveConfig, LiveState
+    from .teams import Teams
+    from .views import Views
 
 
 def _signal_number(name: str) -> int:
@@ -50,13 +60,42 @@ def _signal_number(name: str) -> int:
 
 
 class Costs:
-    """Budget holds, spot preemption notices, utilization sampling and reports of ``service``."""
+    """Budget holds, spot preemption notices, utilization sampling and reports.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``conf`` (LiveConfig: configuration, prices, Scheduler, clock, and the budgets,
+    which this class sets), ``live`` (LiveState: records, engine Workloads, what is being stopped),
+    the ``ledger``, the ``backend`` (signals and stops spot jobs), the ``inventory`` (devices,
+    capacity), ``billing`` (transformed resources), ``teams`` (a user's teams), ``events``,
+    ``views`` (a lifted workload's view), ``wake`` (the loop's wake-up) and ``log``. Settings:
+    ``data_dir`` (preemption notices) and ``stop_grace_seconds``."""
+
+    def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", backend: "Backend",
+                 inventory: "Inventory", billing: "Billing", teams: "Teams", events: "EventHub", views: "Views",
+                 wake: Callable[[], None], log: logging.Logger, *, data_dir: str, stop_grace_seconds: float):
+        self.conf = conf
+        self.live = live
+        self.ledger = ledger
+        self.backend = backend
+        self.inventory = inventory
+        self.billing = billing
+        self.teams = teams
+        self.events = events
+        self.views = views
+        self.wake = wake
+        self.log = log
+        self.data_dir = data_dir
+        self.stop_grace_seconds = stop_grace_seconds
         self._costs = {"holds": {}, "spot_stops": {}, "last_check": 0.0, "last_sample": 0.0}
 
-    budgets: Optional[Budgets] = None
+    @property
+    def budgets(self) -> Optional[Budgets]:
+        """The teams' budgets (``budgets.Budgets``), None when none is configured or set; kept in
+        ``conf`` so that the views read the one in force."""
+        return self.conf.budgets
+
+    @budgets.setter
+    def budgets(self, value: Optional[Budgets]) -> None:
+        self.conf.budgets = value
 
     budget_check_interval = 2.0  # seconds between checks whether held workloads may go
 
@@ -82,13 +121,13 @@ class Costs:
         from ..budgets import parse_budgets
         from ..inventory.nvml import utilization_rates
 
-        self.budgets = Budgets(self.svc.ledger, parse_budgets(budgets or {}, "budgets"), self.svc.clock)
+        self.budgets = Budgets(self.ledger, parse_budgets(budgets or {}, "budgets"), self.conf.clock)
         names = [spot_flavors] if isinstance(spot_flavors, str) else list(spot_flavors or ())
         if not all(isinstance(n, str) and n for n in names):
             raise ValidationError("must be a list of ResourceFlavor names", "spot_flavors")
         for n in names:
-            if n not in self.svc.config.resource_flavors:
-                self.svc.log.warning("spot_flavors: ResourceFlavor %s is not configured (yet)", n)
+            if n not in self.conf.config.resource_flavors:
+                self.log.warning("spot_flavors: ResourceFlavor %s is not configured (yet)", n)
         self.spot_flavors = frozenset(names)
         _signal_number(spot_signal)
         self.spot_signal = spot_signal
@@ -102,7 +141,7 @@ class Costs:
                                   "utilization_interval")
         self.utilization_interval = float(utilization_interval)
         if utilization_sampler == "auto":
-            utilization_sampler = utilization_rates if self.svc.inventory.source == "nvml" else None
+            utilization_sampler = utilization_rates if self.inventory.source == "nvml" else None
         self.utilization_sampler = utilization_sampler
 
     def costs_state(self) -> dict:
@@ -126,8 +165,8 @@ class Costs:
         for uid, (at, message) in list(st["spot_stops"].items()):
             if now >= at:
                 del st["spot_stops"][uid]
-                if uid in self.svc.records:
-                    self.svc.backend.stop(uid, message, self.svc.stop_grace_seconds)
+                if uid in self.live.records:
+                    self.backend.stop(uid, message, self.stop_grace_seconds)
         if self.utilization_sampler is not None and now - st["last_sample"] >= self.utilization_interval:
             st["last_sample"] = now
             self.sample_utilization(now)
@@ -135,13 +174,13 @@ class Costs:
     def release_budget_holds(self, now: Optional[float] = None) -> list[str]:
         """Hand every held workload whose team may spend again to the Scheduler, oldest first;
         returns their uids."""
-        now = self.svc.clock() if now is None else now
+        now = self.conf.clock() if now is None else now
         holds = self.budget_holds
         if self.budgets is not None:
             self.budgets.invalidate()
         released = []
         for uid, _created in sorted(holds.items(), key=lambda kv: (kv[1], kv[0])):
-            rec = self.svc.records.get(uid)
+            rec = self.live.records.get(uid)
             if rec is None or rec["state"] != "Pending":
                 holds.pop(uid, None)
                 continue
@@ -151,46 +190,46 @@ class Costs:
         return released
 
     def release_hold(self, uid: str, lifted_by: Optional[str] = None) -> None:
-        rec = self.svc.records[uid]
+        rec = self.live.records[uid]
         self.budget_holds.pop(uid, None)
         fields = {"reason": "Pending", "message": None}
         if lifted_by is not None:
             spec = dict(rec["spec"])
             spec["budgetHoldLiftedBy"] = lifted_by
             fields["spec"] = spec
-            now = self.svc.clock()
-            with self.svc.ledger.transaction():
-                self.svc.ledger.update_workload(uid, **fields)
-                self.svc.ledger.add_audit(actor=lifted_by, operation="lift-budget-hold",
+            now = self.conf.clock()
+            with self.ledger.transaction():
+                self.ledger.update_workload(uid, **fields)
+                self.ledger.add_audit(actor=lifted_by, operation="lift-budget-hold",
                                       target=f"workload/{rec['namespace']}/{rec['name']}",
                                       before={"reason": BUDGET_EXCEEDED, "message": rec.get("message")},
                                       after={"reason": "Pending"}, at=now)
         else:
-            self.svc.ledger.update_workload(uid, **fields)
+            self.ledger.update_workload(uid, **fields)
         rec.update(fields)
-        self.svc.scheduler.add_workload(self.svc.engine_workloads[uid])
-        self.svc.wake()
-        self.svc.events.emit_workload(uid)
-        self.svc.events.emit({"type": "queues"})
+        self.conf.scheduler.add_workload(self.live.engine_workloads[uid])
+        self.wake()
+        self.events.emit_workload(uid)
+        self.events.emit({"type": "queues"})
 
     def lift_budget_hold(self, namespace: str, name: str, *, actor: str) -> dict:
         """Admin: let one workload held by its team's hard budget enter the queue now (audited).
         Raises NotFound, Conflict (field ``name``) when the workload is not held. Returns its view."""
-        rec = self.svc.record(namespace, name)
+        rec = self.live.record(namespace, name)
         if rec["uid"] not in self.budget_holds:
             raise Conflict(f"workload {namespace}/{name} is not held by a budget (state {rec['state']}, "
                            f"reason {rec.get('reason')})", "name")
         self.release_hold(rec["uid"], lifted_by=actor)
-        return self.svc.views.view(self.svc.records[rec["uid"]])
+        return self.views.view(self.live.records[rec["uid"]])
 
     def budgets_view(self, user: str) -> dict:
         """``{"month", "at", "teams": [Budgets.status], "myTeams": [namespace], "defaultTeam"}``:
         every team (a LocalQueue's namespace or a budget's) with its month-to-date spend."""
-        now = self.svc.clock()
-        namespaces = {lq.namespace for lq in self.svc.config.local_queues.values()}
-        budgets = self.budgets or Budgets(self.svc.ledger, {}, self.svc.clock)
-        mine = list(dict.fromkeys(k.split("/")[0] for k in self.svc.teams.allowed_local_queues(user)))
-        default = self.svc.teams.default_local_queue(user)
+        now = self.conf.clock()
+        namespaces = {lq.namespace for lq in self.conf.config.local_queues.values()}
+        budgets = self.budgets or Budgets(self.ledger, {}, self.conf.clock)
+        mine = list(dict.fromkeys(k.split("/")[0] for k in self.teams.allowed_local_queues(user)))
+        default = self.teams.default_local_queue(user)
         return {"month": reports.month_of(now), "at": now, "teams": budgets.statuses(namespaces, now),
                 "myTeams": mine, "defaultTeam": default.split("/")[0] if default else None}
 
@@ -209,20 +248,20 @@ class Costs:
 
     def ensure_budgets(self) -> Budgets:
         if self.budgets is None:
-            self.budgets = Budgets(self.svc.ledger, {}, self.svc.clock)
+            self.budgets = Budgets(self.ledger, {}, self.conf.clock)
         return self.budgets
 
     def after_budget_change(self, namespace: str) -> dict:
-        now = self.svc.clock()
+        now = self.conf.clock()
         self.release_budget_holds(now)
-        self.svc.events.emit({"type": "budgets"})
+        self.events.emit({"type": "budgets"})
         return self.budgets.status(namespace, now)
 
     def spot_tolerations(self) -> list[Toleration]:
         """Tolerations of every spot flavor's nodeTaints (added to ``acceptSpot`` submissions)."""
         out = []
         for name in sorted(self.spot_flavors):
-            fl = self.svc.config.resource_flavors.get(name)
+            fl = self.conf.config.resource_flavors.get(name)
             for t in fl.node_taints if fl else []:
                 out.append(Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect))
         return out
@@ -232,7 +271,7 @@ class Costs:
         return any(f in self.spot_flavors for a in adm.get("podSetAssignments", []) for f in a["flavors"].values())
 
     def notice_path(self, uid: str) -> str:
-        return os.path.join(self.svc.data_dir, "preemption-notices", f"{uid}.json")
+        return os.path.join(self.data_dir, "preemption-notices", f"{uid}.json")
 
     def spot_env(self, rec: dict) -> dict:
         """Environment of a job that accepts spot: GPUQUEUE_SPOT (1 on a spot flavor, else 0),
@@ -253,10 +292,10 @@ class Costs:
         """If ``uid`` is a spot job that accepted spot and still runs here, tell it it will be
         preempted (notice file + signal) and schedule the stop ``spot_grace_seconds`` later.
         Returns False (nothing done) otherwise."""
-        rec = self.svc.records[uid]
-        notify = getattr(self.svc.backend, "signal", None)
+        rec = self.live.records[uid]
+        notify = getattr(self.backend, "signal", None)
         if not (rec["spec"].get("acceptSpot") and self.on_spot(rec) and callable(notify)
-                and uid in self.svc.backend.running()):
+                and uid in self.backend.running()):
             return False
         st = self.costs_state()
         if uid in st["spot_stops"]:
@@ -274,14 +313,14 @@ class Costs:
             return False
         run = dict(rec.get("run") or {})
         run.update(evictionDeadline=deadline, evictionReason=reason)
-        self.svc.ledger.update_workload(uid, run=run)
+        self.ledger.update_workload(uid, run=run)
         rec["run"] = run
-        self.svc.stopping[uid] = "Preempted:" + reason
+        self.live.stopping[uid] = "Preempted:" + reason
         st["spot_stops"][uid] = (deadline, message)
         return True
 
     def device_uuids(self, rec: dict) -> list[str]:
-        by_index = {(n.name, str(g.index)): g.uuid for n in self.svc.inventory.nodes for g in n.gpus}
+        by_index = {(n.name, str(g.index)): g.uuid for n in self.inventory.nodes for g in n.gpus}
         out = []
         for p in (rec.get("admission") or {}).get("placements", []):
             for d in p["devices"]:
@@ -290,31 +329,31 @@ class Costs:
 
     def sample_utilization(self, now: float) -> int:
         """One NVML sample of every running job's devices into the ledger; returns how many."""
-        devices = {uid: self.device_uuids(rec) for uid, rec in self.svc.records.items() if rec["state"] == "Running"}
+        devices = {uid: self.device_uuids(rec) for uid, rec in self.live.records.items() if rec["state"] == "Running"}
         uuids = [u for us in devices.values() for u in us]
         if not uuids:
             return 0
         rates = self.utilization_sampler(uuids)
         samples = [(uid, u, now, rates[u]) for uid, us in devices.items() for u in us if u in rates]
-        return self.svc.ledger.add_utilization_samples(samples)
+        return self.ledger.add_utilization_samples(samples)
 
     def capacity_by_flavor(self) -> dict[str, float]:
         """GPU-equivalents of the inventory per ResourceFlavor: the GPUs and MIG slices on the
         nodes matching its nodeLabels, of the resources some ClusterQueue offers in it (a MIG
         slice as its share of the GPU's compute slices)."""
-        alloc = self.svc.scheduler.allocator
+        alloc = self.conf.scheduler.allocator
         out: dict[str, float] = {}
-        for fname, fl in self.svc.config.resource_flavors.items():
-            nodes = [n for n in self.svc.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
-            offered = {r for cq in self.svc.config.cluster_queues.values() for rg in cq.resource_groups
+        for fname, fl in self.conf.config.resource_flavors.items():
+            nodes = [n for n in self.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
+            offered = {r for cq in self.conf.config.cluster_queues.values() for rg in cq.resource_groups
                        for f in rg.flavors if f.name == fname for r in rg.covered_resources}
-            offered |= self.svc.billing.transformed_inputs(offered)
+            offered |= self.billing.transformed_inputs(offered)
             total = 0.0
             for r in offered:
                 if not (r == GPU or r.startswith(MIG_PREFIX)) or alloc is None:
                     continue
                 _free, n = alloc.totals(r, nodes)
-                total += self.svc.prices.gpu_equivalent(r, n)
+                total += self.conf.prices.gpu_equivalent(r, n)
             if total:
                 out[fname] = total
         return out
@@ -330,20 +369,20 @@ class Costs:
         ValidationError naming ``kind``, ``month``, ``from`` or ``to``."""
         if kind not in reports.CSV_COLUMNS:
             raise ValidationError(f"unknown report {kind!r}; expected one of {', '.join(reports.CSV_COLUMNS)}", "kind")
-        now = self.svc.clock()
+        now = self.conf.clock()
         since, until, label = reports.parse_period(month, date_from, date_to, now)
         end = min(until, now)  # nothing is used, nor idle, in the future
-        ivs = [i for i in self.svc.ledger.report_intervals(now, since=since, until=until)
+        ivs = [i for i in self.ledger.report_intervals(now, since=since, until=until)
                if (namespace is None or i["namespace"] == namespace) and (owner is None or i["owner"] == owner)]
         if kind == "jobs":
-            items = reports.job_report(ivs, since, end, self.svc.ledger.utilization(since, until))
+            items = reports.job_report(ivs, since, end, self.ledger.utilization(since, until))
         elif kind == "users":
             items = reports.user_report(ivs, since, end)
         elif kind == "teams":
-            teams = {lq.namespace for lq in self.svc.config.local_queues.values()}
+            teams = {lq.namespace for lq in self.conf.config.local_queues.values()}
             if namespace is not None:
                 teams = {namespace}
-            items = reports.team_report(ivs, since, end, self.svc.ledger.utilization(since, until), teams)
+            items = reports.team_report(ivs, since, end, self.ledger.utilization(since, until), teams)
             budgets = self.budgets.all() if self.budgets is not None else {}
             for t in items:
                 b = budgets.get(t["namespace"])
@@ -351,9 +390,9 @@ class Costs:
                 t["budgetUsd"] = b.monthly_usd if b else None
                 t["budget"] = b.to_json() if b else None
         elif kind == "flavors":
-            items = reports.flavor_report(ivs, since, end, self.capacity_by_flavor(), self.svc.prices.price)
+            items = reports.flavor_report(ivs, since, end, self.capacity_by_flavor(), self.conf.prices.price)
         elif kind == "idle":
-            items = reports.idle_capacity(ivs, since, end, self.capacity_by_flavor(), self.svc.prices.price)
+            items = reports.idle_capacity(ivs, since, end, self.capacity_by_flavor(), self.conf.prices.price)
         elif kind == "months":
             items = reports.month_report(ivs, since, end)
         else:

@@ -7,15 +7,27 @@ durable."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import contextmanager
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+    from .live import LiveState
+    from .views import Views
 
 
 class EventHub:
-    """The subscribers of ``service`` (a QueueService) and the events sent to them."""
+    """The event stream's subscribers and the events sent to them.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: the ``ledger`` (a batch is one of its transactions), ``live`` (LiveState: the
+    record a workload event shows), ``views`` (its JSON) and ``log`` (a failing subscriber)."""
+
+    def __init__(self, ledger: "Ledger", live: "LiveState", views: "Views", log: logging.Logger):
+        self.ledger = ledger
+        self.live = live
+        self.views = views
+        self.log = log
         self._subscribers: list[Callable[[dict], None]] = []
         self._coalesced: dict[str, None] = {}
         self._last_coalesced_flush = float("-inf")
@@ -42,12 +54,12 @@ class EventHub:
             try:
                 cb(event)
             except Exception:  # pragma: no cover - a broken subscriber must not stop the queue
-                self.svc.log.exception("gpuqueue: event subscriber failed")
+                self.log.exception("gpuqueue: event subscriber failed")
 
     def emit_workload(self, uid: str) -> None:
         if not self._subscribers:
             return
-        self.emit({"type": "workload", "workload": self.svc.views.view(self.svc.records[uid])})
+        self.emit({"type": "workload", "workload": self.views.view(self.live.records[uid])})
 
     def emit_coalesced(self, kind: str) -> None:
         """Send ``{"type": kind}`` ("queues" or "inventory": something changed, refetch) once for
@@ -89,7 +101,7 @@ class EventHub:
             return
         self._batch_events = []
         try:
-            with self.svc.ledger.transaction():
+            with self.ledger.transaction():
                 yield
         finally:
             events, self._batch_events = self._batch_events, None

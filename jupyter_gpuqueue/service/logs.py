@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..backends.base import RunInfo
 from ..errors import Forbidden, ValidationError
 from .states import FINISHED_STATES
 
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from .live import LiveState
+
 
 class Logs:
-    """Reads jobs' output for their owners."""
+    """Reads jobs' output for their owners.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``live`` (LiveState: the workload's record) and the ``backend`` (a cluster
+    backend reads Pod logs). Setting: ``log_dir`` (local jobs' log files)."""
+
+    def __init__(self, live: "LiveState", backend: "Backend", *, log_dir: str):
+        self.live = live
+        self.backend = backend
+        self.log_dir = log_dir
 
     def log_path(self, rec: dict) -> str:
-        return os.path.join(self.svc.log_dir, rec["namespace"], f"{rec['name']}-{rec['uid'][:8]}.log")
+        return os.path.join(self.log_dir, rec["namespace"], f"{rec['name']}-{rec['uid'][:8]}.log")
 
     def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:
         """The job's output from byte ``offset``, at most ``limit`` bytes (at most 4 MiB):
@@ -34,7 +43,7 @@ class Logs:
                              limit: int = 1 << 20) -> dict:
         """:meth:`read_log` for the REST API: a Pod log is fetched in a worker thread."""
         rec, run, offset, limit = self.log_request(namespace, name, user, offset, limit)
-        if run is not None and not run.log_path and getattr(self.svc.backend, "read_log", None) is not None:
+        if run is not None and not run.log_path and getattr(self.backend, "read_log", None) is not None:
             read = await asyncio.get_running_loop().run_in_executor(
                 None, self.read_log_bytes, run, rec["uid"], offset, limit)
         else:
@@ -42,7 +51,7 @@ class Logs:
         return self.log_answer(rec, offset, *read)
 
     def log_request(self, namespace: str, name: str, user: str, offset: int, limit: int):
-        rec = self.svc.record(namespace, name)
+        rec = self.live.record(namespace, name)
         if rec["owner"] != user:
             raise Forbidden(f"only the owner may read the logs of {namespace}/{name}", "name")
         if offset < 0:
@@ -65,7 +74,7 @@ class Logs:
             with open(run.log_path, "rb") as f:
                 f.seek(start)
                 return f.read(limit), start, size, False
-        read_remote = getattr(self.svc.backend, "read_log", None)  # a cluster backend: the Pod's log
+        read_remote = getattr(self.backend, "read_log", None)  # a cluster backend: the Pod's log
         if read_remote is None:
             return b"", offset, 0, False
         data, size, more = read_remote(uid, offset, limit)

@@ -12,12 +12,15 @@ Every change goes through here, in this order (DESIGN.md, "One submission, end t
 4. On start, state is rebuilt from the ledger (``recovery``), so nothing acknowledged is lost and
    quota is never over-committed.
 
-QueueService owns the engine (``scheduler``), the ledger, the backend, the clock and the live
-records (``records``, ``by_key``, ``engine_workloads``, ``stopping``), runs the loop (``tick``), and
-wires the collaborators, each given this service as the live state it works on: ``submissions``,
-``intake``, ``admission``, ``recovery``, ``views``, ``logs``, ``configuration``, ``costs``,
-``billing``, ``teams`` and ``events``. Its public methods are the API the server, the hub and the
-tests use; each hands the call to the collaborator that does it.
+QueueService owns the live state (``live.py``: the configuration in force, ``conf``, and the
+tracked workloads, ``live``), the ledger, the backend and the clock, runs the loop (``tick``), and
+wires the collaborators, each given only what it works with (its docstring lists them):
+``checks``, ``submissions``, ``intake``, ``admission``, ``recovery``, ``views``, ``logs``,
+``configuration``, ``costs``, ``billing``, ``teams`` and ``events``. Its public methods are the API
+the server, the hub and the tests use; each hands the call to the collaborator that does it. Its
+attributes ``config``, ``prices``, ``scheduler``, ``clock``, ``budgets`` and the loop's flags read
+and write ``conf`` / ``live``, so that a collaborator sees a change made through the service (a
+test replacing the clock, say) at once.
 
 All public methods run on the event-loop thread of the Jupyter server (the loop itself, the REST
 handlers and the event stream share it), so no locks are needed. They return JSON-ready dicts shaped
@@ -34,17 +37,17 @@ import time
 from typing import Callable, Iterable, Optional
 
 from ..backends.base import Backend
-from ..engine import serialize
 from ..engine.model import ClusterConfig, Inventory, Workload
 from ..engine.scheduler import Scheduler, SchedulerOptions
-from ..errors import NotFound
 from ..ledger import Ledger, Prices
 from .admission import Admission
 from .billing import Billing
+from .checks import RequestChecks
 from .configuration import Configuration
 from .costs import Costs
 from .events import EventHub
 from .intake import Intake
+from .live import LiveConfig, LiveState, engine_workload
 from .logs import Logs
 from .recovery import Recovery
 from .states import FAILED, SUCCEEDED
@@ -55,14 +58,16 @@ from .views import Views
 log = logging.getLogger("jupyter_gpuqueue")
 
 
+def _kept_in(holder: str, name: str, doc: str) -> property:
+    """A QueueService attribute kept in one of the objects it shares with its collaborators
+    (``conf``, ``live``, or a collaborator): reading or assigning it through the service reads or
+    assigns it there, so every collaborator sees the change."""
+    return property(lambda self: getattr(getattr(self, holder), name),
+                    lambda self, value: setattr(getattr(self, holder), name, value), doc=doc)
+
+
 class QueueService:
     """See the module docstring. Build it with ``create_service``."""
-
-    # Teams from JupyterHub groups (hub-service mode): set by the server.
-    mode = "standalone"
-    # Most Pending workloads per user (GpuQueueApp.max_pending_per_user); 0: no limit.
-    max_pending_per_user = 0
-    pending_cap_retry_after = 10.0  # seconds: the Retry-After hint when the cap is hit
 
     def __init__(
         self,
@@ -86,20 +91,14 @@ class QueueService:
         clock: Callable[[], float] = time.time,
         logger: Optional[logging.Logger] = None,
     ):
-        self.config = config
         self.inventory = inventory
         self.ledger = ledger
         self.backend = backend
         # Kueue delegation (backends/kueue.py): an installed Kueue admits; the engine only mirrors.
         self.delegated = bool(getattr(backend, "delegates_admission", False))
-        self.kueue_positions: dict[str, tuple] = {}  # uid -> (positionInClusterQueue, positionInLocalQueue)
-        self.prices = prices
         self.root_dir = os.path.abspath(root_dir)
         self.data_dir = os.path.abspath(data_dir)
         self.log_dir = os.path.join(self.data_dir, "logs")
-        self.default_local_queue = default_local_queue
-        self.default_priority_class = default_priority_class
-        self.user_local_queues = user_local_queues
         self.cycle_interval = cycle_interval
         self.stop_grace_seconds = stop_grace_seconds
         # Notebook GPU leases (backends/lease.py): warned this many seconds before a preemption
@@ -107,57 +106,86 @@ class QueueService:
         self.lease_preemption_grace_seconds = max(0.0, float(lease_preemption_grace_seconds))
         self.lease_priority_class = lease_priority_class
         self.python_executable = python_executable
-        self.clock = clock
         self.log = logger or log
         # The live service requeues parked workloads as soon as quota frees (no 1 s batching): a
         # researcher's job should start the moment it can. And a preemptor gets the quota its
         # victims freed before anyone else, so that real jobs are never preempted in a loop
         # (SchedulerOptions.preemptor_first, docs/engine.md).
-        self.scheduler = Scheduler(config, inventory, options or SchedulerOptions(
+        scheduler = Scheduler(config, inventory, options or SchedulerOptions(
             requeue_batch_seconds=0.0, preemptor_first=True))
-        self.records: dict[str, dict] = {}  # uid -> ledger row (active and recently finished)
-        self.by_key: dict[str, str] = {}  # "namespace/name" -> uid
-        self.engine_workloads: dict[str, Workload] = {}  # uid -> engine Workload (active only)
-        self.stopping: dict[str, str] = {}  # uid -> why we stopped it (cancel / max runtime)
-        self.dirty = True
+        self.conf = LiveConfig(config=config, prices=prices, scheduler=scheduler, clock=clock)
+        self.live = LiveState(ledger)
+        live = self.live
+        # The live records (live.py), the very objects the collaborators change.
+        self.records, self.by_key, self.engine_workloads = live.records, live.by_key, live.engine_workloads
+        self.stopping, self.inflight, self.kueue_positions = live.stopping, live.inflight, live.kueue_positions
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[asyncio.Task] = None
-        self.started = False
         # Performance (BENCHMARKS.md, "The live service"): submissions through the REST API are
-        # committed in groups (ledger/group_commit.py, set up by start()); names of submissions
-        # whose commit is under way are reserved here. Events of a kind that only say "refetch"
-        # (queues, inventory) are sent once per event-loop turn (EventHub.emit_coalesced).
-        self.committer = None
+        # committed in groups (ledger/group_commit.py, set up by start(): ``live.committer``);
+        # names of submissions whose commit is under way are reserved (``inflight``). Events of a
+        # kind that only say "refetch" (queues, inventory) are sent once per event-loop turn
+        # (EventHub.emit_coalesced).
         self.tick_settle_seconds = 0.002  # see _loop
-        self.slicing = False  # in _loop's tick: scheduling yields after schedule_slice_seconds
-        self.inflight: set[str] = set()  # "namespace/name" of submissions being committed
-        # The collaborators, each one responsibility (this package's docstring).
-        self.events = EventHub(self)
-        self.billing = Billing(self)
-        self.costs = Costs(self)
-        self.teams = Teams(self)
-        self.submissions = Submissions(self)
-        self.intake = Intake(self)
-        self.admission = Admission(self)
-        self.recovery = Recovery(self)
-        self.views = Views(self)
-        self.logs = Logs(self)
-        self.configuration = Configuration(self)
+        # The collaborators, each one responsibility (this package's docstring), each given what
+        # it works with; wired in the order they depend on one another.
+        conf, wake = self.conf, self.wake
+        self.billing = Billing(conf, ledger)
+        self.teams = Teams(conf, self.log, user_local_queues=user_local_queues,
+                           default_local_queue=default_local_queue)
+        self.checks = RequestChecks(conf, self.billing, backend, root_dir=self.root_dir,
+                                    python_executable=python_executable, default_priority_class=default_priority_class)
+        self.views = Views(conf, live, ledger, inventory, self.teams, self.billing, self.checks,
+                           delegated=self.delegated, python_executable=python_executable, root_dir=self.root_dir)
+        self.events = EventHub(ledger, live, self.views, self.log)
+        self.costs = Costs(conf, live, ledger, backend, inventory, self.billing, self.teams, self.events, self.views,
+                           wake, self.log, data_dir=self.data_dir, stop_grace_seconds=stop_grace_seconds)
+        self.intake = Intake(conf, live, ledger, backend, self.costs, self.events, self.views, wake)
+        self.submissions = Submissions(conf, live, ledger, backend, self.teams, self.checks, self.costs, self.intake,
+                                       delegated=self.delegated, lease_priority_class=lease_priority_class,
+                                       python_executable=python_executable, root_dir=self.root_dir)
+        self.logs = Logs(live, backend, log_dir=self.log_dir)
+        self.admission = Admission(conf, live, ledger, backend, self.billing, self.costs, self.events, self.views,
+                                   self.logs, wake, delegated=self.delegated, stop_grace_seconds=stop_grace_seconds,
+                                   lease_preemption_grace_seconds=self.lease_preemption_grace_seconds)
+        self.recovery = Recovery(conf, live, ledger, backend, self.costs, self.admission, self.logs, self.log,
+                                 stop_grace_seconds=stop_grace_seconds)
+        self.configuration = Configuration(conf, live, ledger, self.events, wake, self.log)
+
+    # -- attributes kept where the collaborators share them (``_kept_in``) --------------------------------
+    config = _kept_in("conf", "config", "The queue configuration in force (``apply_config`` replaces it).")
+    prices = _kept_in("conf", "prices", "USD per GPU-hour (``ledger.Prices``) in force.")
+    scheduler = _kept_in("conf", "scheduler", "The engine (``load_stored_config`` rebuilds it).")
+    clock = _kept_in("conf", "clock", "The time source, seconds; assigning it changes what every collaborator reads.")
+    budgets = _kept_in("conf", "budgets", "The teams' budgets (``budgets.Budgets``), None when none is set (``costs``).")
+    dirty = _kept_in("live", "dirty", "A scheduling cycle is due.")
+    slicing = _kept_in("live", "slicing", "In the loop's tick: scheduling yields after a slice (``admission``).")
+    started = _kept_in("live", "started", "The loop runs.")
+    committer = _kept_in("live", "committer", "The ledger's group commit while the loop runs, else None.")
+    budget_holds = _kept_in("costs", "budget_holds", "uid → creation time of the workloads a hard budget holds.")
+    # Settings, kept by the collaborator that uses them (the server sets the first two after building).
+    mode = _kept_in("views", "mode", '"standalone" or "hub-service" (shown by ``info``).')
+    max_pending_per_user = _kept_in("submissions", "max_pending_per_user",
+                                    "Most Pending workloads per user (GpuQueueApp.max_pending_per_user); 0: no limit.")
+    pending_cap_retry_after = _kept_in("submissions", "pending_cap_retry_after", "Retry-After (s) past the cap.")
+    default_local_queue = _kept_in("teams", "default_local_queue_name", "The default LocalQueue, if allowed.")
+    user_local_queues = _kept_in("teams", "user_local_queues", "user -> LocalQueues; None: all for everyone.")
+    default_priority_class = _kept_in("checks", "default_priority_class", "None: the globalDefault PriorityClass.")
 
     async def start(self) -> None:
         """Restore from the ledger, adopt live jobs, and start the background loop."""
-        if self.started:
+        if self.live.started:
             return
         self.recovery.restore()
         from ..ledger.group_commit import GroupCommitter
 
-        self.committer = GroupCommitter(self.ledger)
-        self.committer.start()
+        self.live.committer = GroupCommitter(self.ledger)
+        self.live.committer.start()
         self._wake = asyncio.Event()
         if hasattr(self.backend, "set_wakeup"):
             self.backend.set_wakeup(self.wake)  # local backend: reap a job the moment it ends
         self._task = asyncio.create_task(self._loop(), name="gpuqueue-loop")
-        self.started = True
+        self.live.started = True
 
     async def stop(self) -> None:
         """Stop the loop. Running jobs keep running; the next start adopts them."""
@@ -168,13 +196,13 @@ class QueueService:
             except (asyncio.CancelledError, Exception):
                 pass
             self._task = None
-        self.started = False
-        if self.committer is not None:
-            self.committer.close()  # commits what is queued (those rows are restored at the next start)
-            self.committer = None
+        self.live.started = False
+        if self.live.committer is not None:
+            self.live.committer.close()  # commits what is queued (those rows are restored at the next start)
+            self.live.committer = None
         if self.admission._reasons_to_write:
             try:
-                self.admission.write_reasons(self.clock())
+                self.admission.write_reasons(self.conf.clock())
             except Exception:  # pragma: no cover - derived state; recomputed at the next start
                 self.log.warning("gpuqueue: could not write pending reasons at stop", exc_info=True)
         if hasattr(self.backend, "set_wakeup"):
@@ -185,14 +213,15 @@ class QueueService:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
+        live = self.live
         while True:
-            self.slicing = True
+            live.slicing = True
             try:
                 self.tick()
             except Exception:  # pragma: no cover - logged, the loop must go on
                 self.log.exception("gpuqueue: scheduling loop error")
             finally:
-                self.slicing = False
+                live.slicing = False
             # Sleep until woken (wake()) or cycle_interval has passed. Not asyncio.wait_for: on
             # Python 3.11 a cancel (stop()) racing with its timeout could leave this task
             # cancelling forever, and the server hung at shutdown.
@@ -207,7 +236,7 @@ class QueueService:
             self._wake.clear()
 
     def wake(self) -> None:
-        self.dirty = True
+        self.live.dirty = True
         if self._wake is not None:
             self._wake.set()
 
@@ -216,60 +245,36 @@ class QueueService:
         statuses = self.backend.poll()
         # After the poll: a job that ended meanwhile has a finish time before this tick's
         # decisions (its devices are not given to another job "before" it ended).
-        now = self.clock()
+        now = self.conf.clock()
+        records = self.live.records
         if statuses:
             # Every job that ended since the last tick in one transaction: one fsync, not one each.
             with self.events.batch():
                 for st in statuses:
-                    if st.uid in self.records and st.state not in (SUCCEEDED, FAILED):
+                    if st.uid in records and st.state not in (SUCCEEDED, FAILED):
                         self.admission.observe(st, now)  # cluster backends: Running / Waiting / Kueue's admissions
-                    elif st.uid in self.records:
+                    elif st.uid in records:
                         self.admission.finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
         self.admission.enforce_max_runtime(now)
         if self.admission._reasons_to_write and now - self.admission._reasons_written_at >= self.admission.reason_write_interval:
             self.admission.write_reasons(now)
         self.costs.costs_tick(now)  # budget holds, spot notices, utilization samples (service/costs.py)
-        if self.dirty:
-            self.dirty = False
+        if self.live.dirty:
+            self.live.dirty = False
             self.admission.schedule(now)
 
     def track(self, row: dict, wl: Workload) -> None:
-        self.records[row["uid"]] = row
-        self.by_key[f"{row['namespace']}/{row['name']}"] = row["uid"]
-        self.engine_workloads[row["uid"]] = wl
+        """:meth:`LiveState.track`."""
+        self.live.track(row, wl)
 
-    def engine_workload(self, row: dict) -> Workload:
-        spec = row["spec"]
-        return Workload(
-            namespace=row["namespace"],
-            name=row["name"],
-            queue_name=row["local_queue"],
-            pod_sets=[serialize.pod_set_from_dict(p) for p in spec["podSets"]],
-            priority=row["priority"],
-            priority_class=row.get("priority_class"),
-            creation_time=row["created_at"],
-            uid=row["uid"],
-            maximum_execution_time_seconds=spec.get("maxRuntimeSeconds"),
-        )
+    @staticmethod
+    def engine_workload(row: dict) -> Workload:
+        """:func:`live.engine_workload`."""
+        return engine_workload(row)
 
     def record(self, namespace: str, name: str) -> dict:
-        uid = self.by_key.get(f"{namespace}/{name}")
-        if uid is not None:
-            return self.records[uid]
-        row = self.ledger.find_workload(namespace, name)
-        if row is None:
-            raise NotFound(f"workload {namespace}/{name} not found", "name")
-        return row
-
-    @property
-    def budget_holds(self) -> dict[str, float]:
-        """uid → creation time of the workloads held by a hard budget (``costs.budget_holds``)."""
-        return self.costs.budget_holds
-
-    @property
-    def budgets(self):
-        """The teams' budgets (``budgets.Budgets``), or None when none is configured (``costs``)."""
-        return self.costs.budgets
+        """:meth:`LiveState.record`."""
+        return self.live.record(namespace, name)
 
     # -- recovery ------------------------------------------------------------------------------------
     def restore(self) -> None:

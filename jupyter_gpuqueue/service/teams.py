@@ -3,16 +3,29 @@ LocalQueues with ``use_group_teams``) and their default LocalQueue."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+import logging
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ..errors import Forbidden, ValidationError
 
+if TYPE_CHECKING:
+    from .live import LiveConfig
+
 
 class Teams:
-    """Maps users to the LocalQueues they may submit to, over ``service``'s configuration."""
+    """Maps users to the LocalQueues they may submit to.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``conf`` (LiveConfig: the LocalQueues in force) and ``log``. Settings:
+    ``user_local_queues`` (user -> ["namespace/name"], None: everyone may use every LocalQueue) and
+    ``default_local_queue``, both as the service was built with them."""
+
+    def __init__(self, conf: "LiveConfig", log: logging.Logger, *,
+                 user_local_queues: Optional[dict[str, list[str]]] = None,
+                 default_local_queue: Optional[str] = None):
+        self.conf = conf
+        self.log = log
+        self.user_local_queues = user_local_queues
+        self.default_local_queue_name = default_local_queue
 
     group_local_queues: Optional[dict[str, list[str]]] = None
 
@@ -45,8 +58,8 @@ class Teams:
             for q in queues:
                 if not isinstance(q, str) or q.count("/") != 1 or "" in q.split("/"):
                     raise ValidationError(f"{q!r} is not 'namespace/name' of a LocalQueue", field)
-                if q not in self.svc.config.local_queues:
-                    self.svc.log.warning("%s: LocalQueue %s is not configured (yet)", field, q)
+                if q not in self.conf.config.local_queues:
+                    self.log.warning("%s: LocalQueue %s is not configured (yet)", field, q)
             checked[str(group)] = list(queues)
         self.group_local_queues = checked
         self.groups_of = groups_of
@@ -54,18 +67,18 @@ class Teams:
             self.no_team_hint = hint
 
     def allowed_local_queues(self, user: str) -> list[str]:
-        if self.svc.user_local_queues is None and self.group_local_queues is None:
-            return sorted(self.svc.config.local_queues)
-        keys = list((self.svc.user_local_queues or {}).get(user, []))
+        if self.user_local_queues is None and self.group_local_queues is None:
+            return sorted(self.conf.config.local_queues)
+        keys = list((self.user_local_queues or {}).get(user, []))
         if self.group_local_queues is not None and self.groups_of is not None:
             for group in self.groups_of(user):
                 keys.extend(self.group_local_queues.get(group, []))
-        return [lq for lq in dict.fromkeys(keys) if lq in self.svc.config.local_queues]
+        return [lq for lq in dict.fromkeys(keys) if lq in self.conf.config.local_queues]
 
     def default_local_queue(self, user: str) -> Optional[str]:
         allowed = self.allowed_local_queues(user)
-        if self.svc.default_local_queue in allowed:
-            return self.svc.default_local_queue
+        if self.default_local_queue_name in allowed:
+            return self.default_local_queue_name
         return allowed[0] if allowed else None
 
     def resolve_local_queue(self, value, user: str) -> tuple[str, str]:
@@ -77,7 +90,7 @@ class Teams:
                 )
         if not isinstance(value, str) or value.count("/") != 1:
             raise ValidationError("must be 'namespace/name' of a LocalQueue", "localQueue")
-        if value not in self.svc.config.local_queues:
+        if value not in self.conf.config.local_queues:
             raise ValidationError(f"unknown LocalQueue {value}", "localQueue")
         if value not in self.allowed_local_queues(user):
             hint = "" if self.allowed_local_queues(user) else f": {self.no_team_hint}"

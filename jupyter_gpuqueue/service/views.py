@@ -5,7 +5,7 @@ cost estimates before submitting."""
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from ..engine import serialize
 from ..engine.flavors import flavor_eligible
@@ -13,6 +13,14 @@ from ..engine.model import GPU, MIG_PREFIX, PodSet, Workload
 from ..engine.quantity import format_quantity
 from ..errors import ValidationError
 from .states import DEFAULT_MAX_RUNTIME, PENDING, RUNNING
+
+if TYPE_CHECKING:
+    from ..engine.model import Inventory
+    from ..ledger import Ledger
+    from .billing import Billing
+    from .checks import RequestChecks
+    from .live import LiveConfig, LiveState
+    from .teams import Teams
 
 
 def _version() -> str:
@@ -22,54 +30,74 @@ def _version() -> str:
 
 
 class Views:
-    """Builds the API's JSON from ``service``'s live state and ledger."""
+    """Builds the API's JSON from the live state and the ledger.
 
-    def __init__(self, service):
-        self.svc = service
+    Collaborators: ``conf`` (LiveConfig: configuration, prices, Scheduler, budgets, clock), ``live``
+    (LiveState: records, Kueue's positions), the ``ledger`` (finished workloads, costs), the
+    ``inventory``, ``teams`` (a user's LocalQueues), ``billing`` (costs so far, what is billed) and
+    ``checks`` (estimates validate as submissions do). Settings: ``delegated`` (positions are
+    Kueue's), ``python_executable``, ``root_dir``; ``mode`` ("standalone", or "hub-service" as the
+    server sets it)."""
+
+    mode = "standalone"
+
+    def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", inventory: "Inventory",
+                 teams: "Teams", billing: "Billing", checks: "RequestChecks", *, delegated: bool,
+                 python_executable: str, root_dir: str):
+        self.conf = conf
+        self.live = live
+        self.ledger = ledger
+        self.inventory = inventory
+        self.teams = teams
+        self.billing = billing
+        self.checks = checks
+        self.delegated = delegated
+        self.python_executable = python_executable
+        self.root_dir = root_dir
 
     def info(self, user: str) -> dict:
         lqs = []
-        for key in self.svc.teams.allowed_local_queues(user):
-            lq = self.svc.config.local_queues[key]
+        for key in self.teams.allowed_local_queues(user):
+            lq = self.conf.config.local_queues[key]
             lqs.append({"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue})
         profiles = sorted(
-            {r[len(MIG_PREFIX):] for r in self.svc.submissions.known_resources() if r.startswith(MIG_PREFIX)},
+            {r[len(MIG_PREFIX):] for r in self.checks.known_resources() if r.startswith(MIG_PREFIX)},
             key=lambda p: (int(p.split("g.")[0]), p),
         )
         pcs = [
             {"name": pc.name, "value": pc.value, "kind": pc.kind, "description": pc.description}
             for pc in sorted(
-                list(self.svc.config.priority_classes.values()) + list(self.svc.config.workload_priority_classes.values()),
+                list(self.conf.config.priority_classes.values()) + list(self.conf.config.workload_priority_classes.values()),
                 key=lambda p: p.value,
             )
         ]
-        default_pc = self.svc.default_priority_class
+        default_pc = self.checks.default_priority_class
         if not default_pc:
-            pc = self.svc.config.default_priority_class()
+            pc = self.conf.config.default_priority_class()
             default_pc = pc.name if pc else None
         return {
             "user": user,
-            "mode": self.svc.mode,
+            "mode": self.mode,
             "version": _version(),
             "localQueues": lqs,
-            "defaultLocalQueue": self.svc.teams.default_local_queue(user),
-            "flavors": sorted(self.svc.config.resource_flavors),
+            "defaultLocalQueue": self.teams.default_local_queue(user),
+            "flavors": sorted(self.conf.config.resource_flavors),
             "migProfiles": profiles,
             "priorityClasses": pcs,
             "defaultPriorityClass": default_pc,
             "defaultMaxRuntimeSeconds": DEFAULT_MAX_RUNTIME,
-            "pythonExecutable": self.svc.python_executable,
-            "rootDir": self.svc.root_dir,
+            "pythonExecutable": self.python_executable,
+            "rootDir": self.root_dir,
         }
 
     def list_workloads(self, *, namespace: Optional[str] = None, owner: Optional[str] = None,
                        states: Optional[Iterable[str]] = None) -> list[dict]:
         """Workload views, newest first. Finished workloads come from the ledger."""
         states = list(states) if states else None
-        rows = self.svc.ledger.list_workloads(states=states)
+        rows = self.ledger.list_workloads(states=states)
         out_rows = []
         for row in rows:
-            live = self.svc.records.get(row["uid"])
+            live = self.live.records.get(row["uid"])
             row = live if live is not None else row
             if namespace and row["namespace"] != namespace:
                 continue
@@ -77,11 +105,11 @@ class Views:
                 continue
             out_rows.append(row)
         out_rows.sort(key=lambda r: r["created_at"], reverse=True)
-        costs = self.svc.ledger.costs_usd([r["uid"] for r in out_rows], self.svc.clock()) if out_rows else {}
+        costs = self.ledger.costs_usd([r["uid"] for r in out_rows], self.conf.clock()) if out_rows else {}
         return [self.view(r, cost=costs.get(r["uid"], 0.0)) for r in out_rows]
 
     def get_workload(self, namespace: str, name: str) -> dict:
-        return self.view(self.svc.record(namespace, name))
+        return self.view(self.live.record(namespace, name))
 
     def estimate(self, request: dict, *, user: str) -> dict:
         """Cost estimate of a SubmitRequest before submitting: requested GPU-hours × price per hour of
@@ -89,17 +117,17 @@ class Views:
         except for the command."""
         if not isinstance(request, dict):
             raise ValidationError("the request body must be a JSON object", "body")
-        ns, lq = self.svc.teams.resolve_local_queue(request.get("localQueue"), user)
-        cq_name = self.svc.config.local_queues[f"{ns}/{lq}"].cluster_queue
-        self.svc.submissions.resolve_priority(request.get("priorityClass"))
-        max_runtime = self.svc.submissions.max_runtime(request)
-        ps = self.svc.submissions.pod_set_from_form(request, cq_name)
+        ns, lq = self.teams.resolve_local_queue(request.get("localQueue"), user)
+        cq_name = self.conf.config.local_queues[f"{ns}/{lq}"].cluster_queue
+        self.checks.resolve_priority(request.get("priorityClass"))
+        max_runtime = self.checks.max_runtime(request)
+        ps = self.checks.pod_set_from_form(request, cq_name)
         wl = Workload(namespace=ns, name="estimate", queue_name=lq, pod_sets=[ps])
-        self.svc.submissions.check_max_quota(wl, cq_name, "migProfile" if request.get("migProfile") else "gpus")
+        self.checks.check_max_quota(wl, cq_name, "migProfile" if request.get("migProfile") else "gpus")
         resource, qty = next(iter(ps.requests.items()))
         flavor = self.likely_flavor(cq_name, ps, resource)
-        per_hour = self.svc.prices.usd_per_hour(flavor, resource, qty) if flavor else 0.0
-        gpu_eq = self.svc.prices.gpu_equivalent(resource, qty)
+        per_hour = self.conf.prices.usd_per_hour(flavor, resource, qty) if flavor else 0.0
+        gpu_eq = self.conf.prices.gpu_equivalent(resource, qty)
         return {
             "gpuHours": round(gpu_eq * max_runtime / 3600.0, 6),
             "costUsd": round(per_hour * max_runtime / 3600.0, 6),
@@ -111,15 +139,15 @@ class Views:
         }
 
     def likely_flavor(self, cq_name: str, ps: PodSet, resource: str) -> Optional[str]:
-        cq = self.svc.config.cluster_queues.get(cq_name)
-        resource, ps = self.svc.billing.quota_resource(cq, ps, resource)  # through resources.transformations
+        cq = self.conf.config.cluster_queues.get(cq_name)
+        resource, ps = self.billing.quota_resource(cq, ps, resource)  # through resources.transformations
         rg = cq.group_for(resource) if cq else None
         if rg is None:
             return None
-        node = self.svc.scheduler.tree.cluster_queues[cq_name]
+        node = self.conf.scheduler.tree.cluster_queues[cq_name]
         eligible = []
         for fq in rg.flavors:
-            fl = self.svc.config.resource_flavors.get(fq.name)
+            fl = self.conf.config.resource_flavors.get(fq.name)
             if fl is None or flavor_eligible(fl, ps) is not None:
                 continue
             if node.potential_available((fq.name, resource)) < ps.requests[resource] * ps.count:
@@ -127,14 +155,14 @@ class Views:
             eligible.append(fq.name)
         if not eligible:
             return None
-        return max(eligible, key=lambda f: self.svc.prices.price(f))
+        return max(eligible, key=lambda f: self.conf.prices.price(f))
 
     def queues(self) -> dict:
         """ClusterQueues with usage per flavor and resource, and their pending workloads in order."""
         cqs = []
-        for name in sorted(self.svc.config.cluster_queues):
-            cq = self.svc.config.cluster_queues[name]
-            node = self.svc.scheduler.tree.cluster_queues[name]
+        for name in sorted(self.conf.config.cluster_queues):
+            cq = self.conf.config.cluster_queues[name]
+            node = self.conf.scheduler.tree.cluster_queues[name]
             resources = []
             for rg in cq.resource_groups:
                 for fq in rg.flavors:
@@ -150,32 +178,32 @@ class Views:
                             "borrowed": format_quantity(rq.name, node.borrowed(fr)),
                         })
             pending = []
-            for key in self.svc.scheduler.pending_keys(name):
-                uid = self.svc.by_key.get(key)
-                rec = self.svc.records.get(uid) if uid else None
+            for key in self.conf.scheduler.pending_keys(name):
+                uid = self.live.by_key.get(key)
+                rec = self.live.records.get(uid) if uid else None
                 if rec is None:
                     continue
-                pos = (self.svc.kueue_positions.get(uid) if self.svc.delegated else self.svc.scheduler.position(key)) or (None, None)
-                reason = self.svc.scheduler.reason(key) or (None, None)
+                pos = (self.live.kueue_positions.get(uid) if self.delegated else self.conf.scheduler.position(key)) or (None, None)
+                reason = self.conf.scheduler.reason(key) or (None, None)
                 pending.append({
                     "namespace": rec["namespace"], "name": rec["name"], "localQueue": rec["local_queue"],
                     "owner": rec["owner"], "priority": rec["priority"], "priorityClass": rec.get("priority_class"),
                     "positionInClusterQueue": pos[0], "positionInLocalQueue": pos[1],
                     "reason": reason[0], "message": reason[1], "createdAt": rec["created_at"],
                 })
-            admitted = sum(1 for w in self.svc.scheduler.admitted.values() if w.admission.cluster_queue == name)
+            admitted = sum(1 for w in self.conf.scheduler.admitted.values() if w.admission.cluster_queue == name)
             cqs.append({
                 "name": name, "cohort": cq.cohort, "queueingStrategy": cq.queueing_strategy,
-                "active": name not in self.svc.scheduler.inactive,
+                "active": name not in self.conf.scheduler.inactive,
                 "resources": resources, "pendingWorkloads": len(pending), "admittedWorkloads": admitted,
                 "pending": pending,
             })
         lqs = []
-        for key in sorted(self.svc.config.local_queues):
-            lq = self.svc.config.local_queues[key]
-            q = self.svc.scheduler.queues.get(lq.cluster_queue)
+        for key in sorted(self.conf.config.local_queues):
+            lq = self.conf.config.local_queues[key]
+            q = self.conf.scheduler.queues.get(lq.cluster_queue)
             adm = sum(
-                1 for w in self.svc.scheduler.admitted.values()
+                1 for w in self.conf.scheduler.admitted.values()
                 if w.namespace == lq.namespace and w.queue_name == lq.name
             )
             lqs.append({"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue,
@@ -184,14 +212,14 @@ class Views:
 
     def inventory_view(self) -> dict:
         """GPUs and MIG slices per flavor: free and total, and every device with its holder."""
-        alloc = self.svc.scheduler.allocator
+        alloc = self.conf.scheduler.allocator
         summary = []
-        for fname in sorted(self.svc.config.resource_flavors):
-            fl = self.svc.config.resource_flavors[fname]
-            nodes = [n for n in self.svc.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
-            offered = {r for cq in self.svc.config.cluster_queues.values() for rg in cq.resource_groups
+        for fname in sorted(self.conf.config.resource_flavors):
+            fl = self.conf.config.resource_flavors[fname]
+            nodes = [n for n in self.inventory.nodes if all(n.labels.get(k) == v for k, v in fl.node_labels.items())]
+            offered = {r for cq in self.conf.config.cluster_queues.values() for rg in cq.resource_groups
                        for f in rg.flavors if f.name == fname for r in rg.covered_resources}
-            offered |= self.svc.billing.transformed_inputs(offered)
+            offered |= self.billing.transformed_inputs(offered)
             for resource in sorted(r for r in offered if r == GPU or r.startswith(MIG_PREFIX)):
                 free, total = alloc.totals(resource, nodes) if alloc else (0, 0)
                 if total == 0:
@@ -199,7 +227,7 @@ class Views:
                 summary.append({"flavor": fname, "resource": resource, "free": free, "total": total})
         nodes = []
         owner = alloc.owner if alloc else {}
-        for n in self.svc.inventory.nodes:
+        for n in self.inventory.nodes:
             gpus = []
             for g in n.gpus:
                 gd = {"index": g.index, "uuid": g.uuid, "product": g.product, "memoryMiB": g.memory_mib,
@@ -209,15 +237,15 @@ class Views:
                                   "assignedTo": owner.get(d.uuid)} for d in g.mig]
                 gpus.append(gd)
             nodes.append({"name": n.name, "labels": dict(n.labels), "gpus": gpus})
-        return {"source": self.svc.inventory.source, "summary": summary, "nodes": nodes}
+        return {"source": self.inventory.source, "summary": summary, "nodes": nodes}
 
     def prices_view(self) -> dict:
-        return self.svc.prices.to_json()
+        return self.conf.prices.to_json()
 
     def price_per_hour(self, rec: dict) -> float:
         adm = rec.get("admission")
         if adm:
-            return sum(self.svc.prices.usd_per_hour(f, r, q) for f, r, q in self.svc.billing.billable_json(adm, rec["spec"]))
+            return sum(self.conf.prices.usd_per_hour(f, r, q) for f, r, q in self.billing.billable_json(adm, rec["spec"]))
         spec = rec["spec"]
         total = 0.0
         for p in spec["podSets"]:
@@ -225,25 +253,25 @@ class Views:
             for r, q in ps.requests.items():
                 if r == GPU or r.startswith(MIG_PREFIX):
                     cq_name = rec.get("cluster_queue") or ""
-                    f = self.likely_flavor(cq_name, ps, r) if cq_name in self.svc.config.cluster_queues else None
+                    f = self.likely_flavor(cq_name, ps, r) if cq_name in self.conf.config.cluster_queues else None
                     if f:
-                        total += self.svc.prices.usd_per_hour(f, r, q * ps.count)
+                        total += self.conf.prices.usd_per_hour(f, r, q * ps.count)
         return total
 
     def view(self, rec: dict, cost: Optional[float] = None) -> dict:
         key = f"{rec['namespace']}/{rec['name']}"
         state = rec["state"]
-        pos = (self.svc.kueue_positions.get(rec["uid"]) if self.svc.delegated else self.svc.scheduler.position(key)) if state == PENDING else None
+        pos = (self.live.kueue_positions.get(rec["uid"]) if self.delegated else self.conf.scheduler.position(key)) if state == PENDING else None
         reason, message = rec.get("reason"), rec.get("message")
         if state == PENDING:
-            live = None if self.svc.delegated else self.svc.scheduler.reason(key)
+            live = None if self.delegated else self.conf.scheduler.reason(key)
             if live:
                 reason, message = live
         adm = rec.get("admission")
         spec = rec["spec"]
-        now = self.svc.clock()
+        now = self.conf.clock()
         if cost is None:
-            cost = self.svc.billing.cost_usd(rec, now)  # from memory where it can (service/costs.py)
+            cost = self.billing.cost_usd(rec, now)  # from memory where it can (service/costs.py)
         per_hour = self.price_per_hour(rec)
         max_rt = spec.get("maxRuntimeSeconds") or 0
         placements = adm.get("placements", []) if adm else []
@@ -296,5 +324,5 @@ class Views:
             "pricePerHourUsd": round(per_hour, 6),
             "estimatedStartAt": None,
             "acceptSpot": bool(spec.get("acceptSpot")),
-            "budgetWarning": self.svc.costs.budgets.warning(rec["namespace"], now) if self.svc.costs.budgets is not None else None,
+            "budgetWarning": self.conf.budgets.warning(rec["namespace"], now) if self.conf.budgets is not None else None,
         }

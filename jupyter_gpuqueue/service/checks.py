@@ -1,0 +1,199 @@
+"""Request checks: the parts of a SubmitRequest that submissions and cost estimates validate alike:
+the priority class, the maximum run time, the PodSet of the form (GPUs or a MIG profile, a flavor
+pinned by its nodeLabels), Kueue's ExceedsMaxQuota, and the command (argv, working directory, an
+executable that exists where jobs run locally)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from ..engine.errors import ManifestError
+from ..engine.flavors import flavor_eligible
+from ..engine.manifests import parse_duration
+from ..engine.model import GPU, MIG_PREFIX, PodSet, Workload, apply_transformations
+from ..engine.quantity import format_quantity
+from ..errors import ValidationError
+from . import names
+from .states import DEFAULT_MAX_RUNTIME, MAX_RUNTIME_LIMIT
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from .billing import Billing
+    from .live import LiveConfig
+
+
+_MIG_PROFILE = re.compile(r"^[1-7]g\.\d+gb$")
+
+
+class RequestChecks:
+    """Validates the parts of a request that do not depend on who submits it.
+
+    Collaborators: ``conf`` (LiveConfig: configuration and Scheduler in force), ``billing`` (which
+    resources transformations make requestable) and the ``backend`` (whether commands run on this
+    server). Settings: ``root_dir`` (relative paths), ``python_executable`` (scripts) and
+    ``default_priority_class`` (None: the configuration's globalDefault)."""
+
+    def __init__(self, conf: "LiveConfig", billing: "Billing", backend: "Backend", *, root_dir: str,
+                 python_executable: str, default_priority_class: Optional[str] = None):
+        self.conf = conf
+        self.billing = billing
+        self.backend = backend
+        self.root_dir = root_dir
+        self.python_executable = python_executable
+        self.default_priority_class = default_priority_class
+
+    def resolve_priority(self, name) -> tuple[int, Optional[str]]:
+        if name in (None, ""):
+            name = self.default_priority_class
+        if name in (None, ""):
+            pc = self.conf.config.default_priority_class()
+            return (pc.value, pc.name) if pc else (0, None)
+        if not isinstance(name, str):
+            raise ValidationError("must be a string", "priorityClass")
+        pc = self.conf.config.workload_priority_classes.get(name) or self.conf.config.priority_classes.get(name)
+        if pc is None:
+            known = sorted(set(self.conf.config.priority_classes) | set(self.conf.config.workload_priority_classes))
+            raise ValidationError(f"unknown priority class {name!r} (known: {', '.join(known)})", "priorityClass")
+        return pc.value, pc.name
+
+    def max_runtime(self, request: dict) -> int:
+        """Whole seconds (fractions round up, so 0.5 is 1 s, never 0 = "no limit"), at most
+        MAX_RUNTIME_LIMIT (Kueue's maximumExecutionTimeSeconds is an int32): larger, NaN or
+        infinite values are refused (they made costs infinite and broke the JSON answers)."""
+        if request.get("maxRuntimeSeconds") is not None:
+            v = request["maxRuntimeSeconds"]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValidationError("must be a positive number of seconds", "maxRuntimeSeconds")
+            if v > MAX_RUNTIME_LIMIT:
+                raise ValidationError(f"must be at most {MAX_RUNTIME_LIMIT} seconds, got {v:g}", "maxRuntimeSeconds")
+            return math.ceil(v)
+        if request.get("maxRuntime") not in (None, ""):
+            try:
+                seconds = parse_duration(request["maxRuntime"], "maxRuntime")
+            except ManifestError as exc:
+                raise ValidationError(exc.reason, "maxRuntime") from None
+            if seconds > MAX_RUNTIME_LIMIT:
+                raise ValidationError(f"must be at most {MAX_RUNTIME_LIMIT} seconds, got {seconds}", "maxRuntime")
+            return seconds
+        return DEFAULT_MAX_RUNTIME
+
+    def pod_set_from_form(self, request: dict, cq_name: str) -> PodSet:
+        mig = request.get("migProfile")
+        if mig not in (None, ""):
+            if not isinstance(mig, str) or not _MIG_PROFILE.match(mig):
+                raise ValidationError(f"{mig!r} is not a MIG profile like 1g.10gb", "migProfile")
+            resource = MIG_PREFIX + mig
+            if resource not in self.known_resources():
+                raise ValidationError(f"unknown MIG profile {mig} (no ClusterQueue offers {resource})", "migProfile")
+            qty = 1
+        else:
+            gpus = request.get("gpus", 1)
+            if isinstance(gpus, str) and gpus.strip().isdigit():
+                gpus = int(gpus)
+            if isinstance(gpus, bool) or not isinstance(gpus, int):
+                raise ValidationError("must be a whole number of GPUs", "gpus")
+            if gpus <= 0:
+                raise ValidationError("must be at least 1", "gpus")
+            resource, qty = GPU, gpus
+        ps = PodSet(name="main", count=1, requests={resource: qty})
+        flavor = request.get("flavor")
+        if flavor not in (None, "", "any"):
+            fl = self.conf.config.resource_flavors.get(flavor)
+            if fl is None:
+                raise ValidationError(
+                    f"unknown ResourceFlavor {flavor!r} (known: {', '.join(sorted(self.conf.config.resource_flavors))})",
+                    "flavor",
+                )
+            cq = self.conf.config.cluster_queues.get(cq_name)
+            rg = cq.group_for(resource) if cq else None
+            if rg is None or flavor not in [f.name for f in rg.flavors]:
+                raise ValidationError(f"ClusterQueue {cq_name} offers no {resource} in flavor {flavor}", "flavor")
+            # Kueue users pin a flavor with a nodeSelector on its nodeLabels; so do we.
+            ps.node_selector = dict(fl.node_labels)
+        return ps
+
+    def known_resources(self) -> set[str]:
+        covered = {r for cq in self.conf.config.cluster_queues.values() for rg in cq.resource_groups for r in rg.covered_resources}
+        return covered | self.billing.transformed_inputs(covered)  # e.g. MIG profiles counted as GPU slices
+
+    def check_max_quota(self, wl: Workload, cq_name: str, field: str) -> None:
+        """Reject a workload that no ClusterQueue could ever admit (Kueue's ExceedsMaxQuota)."""
+        cq = self.conf.config.cluster_queues.get(cq_name)
+        node = self.conf.scheduler.tree.cluster_queues.get(cq_name)
+        if cq is None or node is None:
+            return
+        for ps in wl.pod_sets:
+            for r, q in apply_transformations(ps.requests, self.conf.config.resource_transformations).items():
+                if q <= 0:
+                    continue
+                rg = cq.group_for(r)
+                if rg is None:
+                    raise ValidationError(f"resource {r} unavailable in ClusterQueue {cq_name}", field)
+                best = 0
+                for fq in rg.flavors:
+                    fl = self.conf.config.resource_flavors.get(fq.name)
+                    if fl is None or flavor_eligible(fl, ps) is not None:
+                        continue
+                    best = max(best, node.potential_available((fq.name, r)))
+                need = q * ps.count
+                if need > best:
+                    raise ValidationError(
+                        f"exceeds max quota: {format_quantity(r, need)} {r} requested, but ClusterQueue {cq_name} "
+                        f"can never admit more than {format_quantity(r, best)} in the eligible flavors",
+                        field,
+                    )
+
+    def command(self, request: dict) -> tuple[list[str], str]:
+        has_cmd = request.get("command") not in (None, "", [])
+        has_script = request.get("script") not in (None, "")
+        if has_cmd == has_script:
+            raise ValidationError("give exactly one of 'command' or 'script'", "command")
+        wd = request.get("workingDir")
+        if has_script:
+            script = request["script"]
+            if not isinstance(script, str):
+                raise ValidationError("must be a path", "script")
+            path = Path(script) if os.path.isabs(script) else Path(self.root_dir) / script
+            if not path.is_file():
+                raise ValidationError(f"no such file: {script}", "script")
+            args = request.get("args") or []
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                raise ValidationError("must be a list of strings", "args")
+            argv = [self.python_executable, str(path.resolve()), *args]
+            default_wd = str(path.resolve().parent)
+        else:
+            cmd = request["command"]
+            if isinstance(cmd, str):
+                try:
+                    cmd = shlex.split(cmd)
+                except ValueError as exc:
+                    raise ValidationError(f"cannot split the command: {exc}", "command") from None
+            if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
+                raise ValidationError("must be a non-empty list of strings (argv)", "command")
+            argv = list(cmd)
+            default_wd = self.root_dir
+        if wd not in (None, ""):
+            if not isinstance(wd, str):
+                raise ValidationError("must be a path", "workingDir")
+            wd_path = Path(wd) if os.path.isabs(wd) else Path(self.root_dir) / wd
+            if not wd_path.is_dir():
+                raise ValidationError(f"no such directory: {wd}", "workingDir")
+            cwd = str(wd_path.resolve())
+        else:
+            cwd = default_wd
+        if not getattr(self.backend, "local_commands", True):
+            return argv, cwd  # runs in a container image (Kubernetes), not on this server
+        exe = argv[0]
+        if "/" in exe:
+            p = Path(exe) if os.path.isabs(exe) else Path(cwd) / exe
+            if not (p.is_file() and os.access(p, os.X_OK)):
+                raise ValidationError(f"command not found or not executable: {exe}", "command")
+        elif names.which(exe) is None:
+            raise ValidationError(f"command not found: {exe}", "command")
+        return argv, cwd
+
