@@ -94,6 +94,9 @@ class Informer:
         with self._lock:
             self._objects = {_key(o): o for o in items}
             self.resource_version = rv
+        if self.relists:
+            log.info("kubernetes informer %s: listed again (%d objects, resourceVersion %s)", self.name,
+                     len(items), rv)
         self.relists += 1
         self.synced.set()
         self._notify()

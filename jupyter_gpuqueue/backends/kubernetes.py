@@ -605,6 +605,9 @@ class KubernetesBackend:
             try:
                 self._do(run, op)
                 run.op = None
+                if op == "start":  # the run goes on record now (start_concurrency: not before)
+                    out.append(RunStatus(run.uid, STARTED, None, now, "",
+                                         details={"run": self._run_info(run).to_json()}))
             except KubeApiError as err:
                 if err.retryable and (op != "start" or now - run.op_first < self.retry_budget_seconds):
                     self._defer(run, op, err)
@@ -827,6 +830,11 @@ class KubernetesBackend:
         Called off the event loop (a request to the API server). Raises GpuQueueError for any
         other API error."""
         pods = self._pods_by_uid().get(uid) or []
+        if not pods:  # the Pod watch may lag behind the Job's: ask the API server
+            try:
+                pods, _ = self.client.list(path_for(*PODS), f"{SELECTOR},{UID_LABEL}={uid}")
+            except KubeApiError:
+                pods = []
         if not pods:
             return b"", 0, False
         pod = max(pods, key=lambda p: ((p.get("metadata") or {}).get("creationTimestamp") or "",

@@ -175,6 +175,7 @@ class ControlPlane(ClusterObjects):
         self._admin_client = None
         self._dynamic = None
         self._sa_seq = 0
+        self.apiserver_starts = 0  # how many times kube-apiserver was started
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -343,6 +344,7 @@ class ControlPlane(ClusterObjects):
     def _start_apiserver(self) -> None:
         proc = _Proc("kube-apiserver", self._apiserver_argv(), self.logs_dir / "kube-apiserver.log")
         self._procs["kube-apiserver"] = proc
+        self.apiserver_starts += 1
         proc.start()
         self._wait_https_ok(proc, f"{self.url}/readyz")
 
@@ -381,6 +383,17 @@ class ControlPlane(ClusterObjects):
         server's graceful shutdown takes 60 s while clients hold watches).
         :meth:`start_component` starts it again (same flags and ports)."""
         self._procs[name].stop(grace=grace)
+
+    def restart_controllers(self) -> None:
+        """Restart kube-controller-manager and kube-scheduler (same flags and ports). After API
+        server restarts their client-go reflectors back off, up to 30 s, before they watch again
+        (as in any cluster); a test that restarted the API server calls this afterwards so that
+        the tests after it do not wait for that (tests/k8s/real/conftest.py does it)."""
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            proc = self._procs.get(name)
+            if proc is not None:
+                proc.stop(grace=2.0)
+                proc.start()
 
     def start_component(self, name: str) -> None:
         """Start a component stopped with :meth:`stop_component` (same flags and ports)."""

@@ -92,6 +92,21 @@ def node_agent(control_plane):
         agent.stop()
 
 
+@pytest.fixture(autouse=True)
+def _controllers_fresh_after_api_server_restarts(request):
+    """A test that restarted kube-apiserver leaves the controller-manager and the scheduler backing
+    off (client-go, up to 30 s): restart them, so that the tests after it start from a healthy
+    cluster."""
+    if "control_plane" not in request.fixturenames:
+        yield
+        return
+    cp = request.getfixturevalue("control_plane")
+    before = cp.apiserver_starts
+    yield
+    if cp.apiserver_starts != before:
+        cp.restart_controllers()
+
+
 @pytest.fixture
 def namespace(request, control_plane):
     """A fresh namespace ``t-<test name>-<random>`` (deleted, without waiting, afterwards)."""

@@ -131,7 +131,7 @@ class KubeQueue:
         self.tmp = tmp_path
         n = next(_seq)
         self.ns = f"gq-{n}-{int(time.time()) % 100000}"
-        control_plane.ensure_namespace(self.ns)
+        control_plane.ensure_namespace(self.ns, timeout=90)
         control_plane.apply(PRIORITY_CLASSES)
         role = documented_cluster_role()
         self.api_client = control_plane.service_account_client(

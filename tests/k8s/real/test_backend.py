@@ -283,7 +283,7 @@ def test_a_start_during_an_api_server_restart_runs_and_watches_relist_after_410(
         print("REC", rec(svc, "before"))
         print("INFORMER", svc.k8s.jobs.get(queue.ns, "before"))
         raise
-    assert "made it" in svc.read_log("team-a", "during", user="alice")["text"]
+    assert "made it" in svc.read_log("team-a", "during", user="alice")["text"]  # found by label if need be
     assert svc.k8s.jobs.relists > relists  # listed again (410 Gone, or the stream failed)
     assert svc.k8s.jobs.backoff == svc.k8s.jobs.BASE_BACKOFF
     assert len([j for j in queue.get(f"/apis/batch/v1/namespaces/{queue.ns}/jobs")["items"]]) == 2

@@ -59,7 +59,7 @@ def api(request):
         return
     cp = request.getfixturevalue("control_plane")
     request.getfixturevalue("node_agent")
-    cp.ensure_namespace(ns)
+    cp.ensure_namespace(ns, timeout=90)
 
     def denied():
         return KubeClient(cp.service_account_client("kube-system", f"agree-{ns}", [
@@ -116,28 +116,42 @@ def _suspended(job: dict) -> bool:
     return any(c["type"] == "Suspended" and c["status"] == "True" for c in (job.get("status") or {}).get("conditions") or [])
 
 
+def _update(api, path: str, mutate, subresource: str = "") -> dict:
+    """Read-modify-write of ``path`` (``/status`` with ``subresource``), again on 409 Conflict (the
+    Job controller writes the Job's status meanwhile). Errors other than 409 are raised."""
+    for _ in range(20):
+        cur = api.client.get(path)
+        mutate(cur)
+        try:
+            return api.client.replace(path + subresource, cur)
+        except KubeApiError as err:
+            if err.status != 409:
+                raise
+    raise AssertionError(f"{path}: kept conflicting")
+
+
 def test_start_time_is_kept_on_suspend_and_reset_on_resume(api):
     api.client.create(api.jobs(), _job("st", suspend=False))
     job = wait_for(lambda: (lambda j: j if (j.get("status") or {}).get("startTime") else None)(
         api.client.get(api.jobs("st"))), timeout=30, what="startTime")
     first = job["status"]["startTime"]
-    job["spec"]["suspend"] = True
-    api.client.replace(api.jobs("st"), job)
+    _update(api, api.jobs("st"), lambda j: j["spec"].__setitem__("suspend", True))
     job = wait_for(lambda: (lambda j: j if _suspended(j) else None)(api.client.get(api.jobs("st"))), timeout=30,
                    what="Suspended")
     assert job["status"]["startTime"] == first  # v1.28 keeps it (Kueue clears it itself)
-    moved = copy.deepcopy(job)
-    moved["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "other"}
     with pytest.raises(KubeApiError) as e:  # directives frozen while startTime is set
-        api.client.replace(api.jobs("st"), moved)
+        _update(api, api.jobs("st"),
+                lambda j: j["spec"]["template"]["spec"].__setitem__("nodeSelector", {"nvidia.com/gpu.product": "other"}))
     assert e.value.status == 422 and e.value.causes[0]["field"] == "spec.template"
     assert "field is immutable" in e.value.message
-    del job["status"]["startTime"]  # Kueue's ResetStatus, through the status subresource
-    job = api.client.replace(api.jobs("st") + "/status", job)
+    # Kueue's ResetStatus, through the status subresource
+    job = _update(api, api.jobs("st"), lambda j: j["status"].pop("startTime", None), "/status")
     assert "startTime" not in job["status"]
-    job["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100, "zone": "a"}
-    job["spec"]["suspend"] = False
-    job = api.client.replace(api.jobs("st"), job)  # now the directives may change, with the resume
+
+    def resume(j):  # now the directives may change, with the resume
+        j["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100, "zone": "a"}
+        j["spec"]["suspend"] = False
+    job = _update(api, api.jobs("st"), resume)
     assert job["spec"]["template"]["spec"]["nodeSelector"]["zone"] == "a"
     time.sleep(1.1)  # metav1.Time has whole seconds
     job = wait_for(lambda: (lambda j: j if (j.get("status") or {}).get("startTime") else None)(
