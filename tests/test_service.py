@@ -303,6 +303,35 @@ spec:
     assert err.value.field
 
 
+def test_a_workload_kueue_would_never_admit_is_refused(env):
+    """A Workload whose request is above its limit: Kueue creates it and never admits it
+    (ValidateResources); the service refuses it with Kueue's message instead of queueing it."""
+    make, _tmp = env
+    svc = make()
+    text = f"""
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {{name: over, namespace: two}}
+spec:
+  queueName: q
+  podSets:
+  - name: main
+    count: 1
+    template:
+      spec:
+        containers:
+        - name: main
+          command: ["{PY}", "-c", "print(1)"]
+          resources: {{requests: {{nvidia.com/gpu: 2}}, limits: {{nvidia.com/gpu: 1}}}}
+"""
+    with pytest.raises(ValidationError) as err:
+        svc.submit_manifest(text, user="bob")
+    assert err.value.field == "spec.podSets"
+    assert "resources validation failed: spec.podSets[0].template.spec.containers[0]" in err.value.message
+    assert "Kueue would queue this Workload but never admit it" in err.value.message
+    assert svc.list_workloads() == []
+
+
 def test_preemption_stops_the_victim_requeues_it_and_runs_the_preemptor(env):
     make, tmp = env
     (tmp / "cluster.yaml").write_text(CLUSTER.replace(

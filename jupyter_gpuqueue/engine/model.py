@@ -43,7 +43,7 @@ REASON_WAITING_FOR_QUOTA = "WaitingForQuota"
 REASON_NO_MATCHING_FLAVOR = "NoMatchingFlavor"
 REASON_PLACEMENT_FAILED = "PlacementFailed"
 REASON_INACTIVE = "Inactive"
-REASON_PENDING = "Pending"  # not yet looked at by a cycle
+REASON_PENDING = "Pending"  # not yet looked at by a cycle; or Kueue's own reason for what it never admits
 
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -66,7 +66,7 @@ class Taint:
 @dataclass(slots=True)
 class Toleration:
     key: str = ""
-    operator: str = "Equal"  # Equal | Exists
+    operator: str = "Equal"  # Equal | Exists (a Workload's template may hold another: it tolerates nothing)
     value: str = ""
     effect: str = ""  # empty: all effects
 
@@ -78,7 +78,9 @@ class Toleration:
             return False
         if self.operator == "Exists":
             return True
-        return self.value == taint.value
+        if self.operator in ("Equal", ""):
+            return self.value == taint.value
+        return False  # an operator Kubernetes does not know (a Workload's template may hold one)
 
 
 @dataclass(slots=True)
@@ -308,6 +310,9 @@ class Workload:
     queue_order_time: Optional[float] = None
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    # Kueue's "resources validation failed: …" (a request above its limit in a Workload object's
+    # PodSet template, manifests/pods.py): Kueue's scheduler never admits it; nor does ours.
+    invalid_resources: Optional[str] = None
 
     @property
     def key(self) -> str:

@@ -130,6 +130,12 @@ class Scheduler:
     Build it from a ``ClusterConfig`` and optionally an ``Inventory`` (without one, admission is by
     quota alone, as in Kueue). Then ``add_workload`` / ``remove_workload`` as workloads come and go,
     and call ``schedule(now)`` for a cycle. Positions and pending reasons are read at any time.
+
+    Over 600 lines: it is Kueue's queue manager and scheduler in one, because membership, the cycle,
+    nomination (with its memo) and requeueing change the same indexes together (admitted workloads
+    per ClusterQueue, usage per workload, cohort-tree versions, parked heads). What reads them only
+    is apart: preemption and fair sharing (``preemption*.py``, ``fairsharing.py``, through
+    ``AdmittedState``), flavor assignment (``flavors.py``), queues (``queues.py``).
     """
 
     def __init__(
@@ -317,12 +323,12 @@ class Scheduler:
 
     def _shape(self, key: str, wl: Workload) -> int:
         """What a nomination reads of a workload besides its ClusterQueue and the cohort tree's
-        state, as a small integer: namespace, priority and, per PodSet, name, count, minCount, requests and
-        scheduling constraints (Kueue's scheduling-equivalence hash,
+        state, as a small integer: namespace, priority, Kueue's resources-validation error and, per
+        PodSet, name, count, minCount, requests and scheduling constraints (Kueue's scheduling-equivalence hash,
         ``pkg/workload/workload.go: computeSchedulingHash``)."""
         sid = self._shapes.get(key)
         if sid is None:
-            shape = (wl.namespace, wl.priority) + tuple(
+            shape = (wl.namespace, wl.priority, wl.invalid_resources) + tuple(
                 (ps.name, ps.count, ps.min_count, tuple(sorted(ps.requests.items())),
                  tuple(sorted(ps.node_selector.items())), repr(ps.tolerations), repr(ps.required_affinity))
                 for ps in wl.pod_sets
@@ -536,6 +542,10 @@ class Scheduler:
         selector = cq.namespace_selector
         if selector is None or not selector.matches(self.config.namespace_labels(wl.namespace)):
             return None, (), _MISCONFIGURED_NAMESPACE
+        if wl.invalid_resources is not None:
+            # Kueue's nominate: workload.ValidateResources (a request above its limit) fails before
+            # flavor assignment; the workload stays pending with Kueue's message, never admitted.
+            return None, (), (REASON_PENDING, wl.invalid_resources)
         node = self.tree.cluster_queues[cq.name]
         memo: dict = {}
 

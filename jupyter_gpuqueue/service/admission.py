@@ -40,7 +40,12 @@ class Admission:
     the ``backend`` (starts, stops, suspends), ``billing`` (usage intervals), ``costs`` (spot
     notices and environment, budget holds), ``events``, ``views`` (a cancelled workload's view),
     ``logs`` (log paths) and ``wake`` (the loop's wake-up). Settings: ``delegated`` (Kueue admits),
-    ``stop_grace_seconds`` and ``lease_preemption_grace_seconds``."""
+    ``stop_grace_seconds`` and ``lease_preemption_grace_seconds``.
+
+    A little over 400 lines: admit, launch, preempt, requeue, finish, the run-time limit, cancel and
+    Kueue's decisions mirrored are the steps of one workload's life, each recorded before it is
+    applied and each handing the workload to the next; split, every piece would need the same ten
+    collaborators and the others' steps."""
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", backend: "Backend",
                  billing: "Billing", costs: "Costs", events: "EventHub", views: "Views", logs: "Logs",

@@ -211,6 +211,11 @@ class Submissions:
             hint = "" if self.teams.allowed_local_queues(user) else f": {self.teams.no_team_hint}"
             raise Forbidden(f"user {user} may not submit to LocalQueue {lq_key}{hint}", "metadata.namespace")
         names.dns_label(wl.name, "metadata.name")
+        if wl.invalid_resources:
+            # Kueue would create it and never admit it (engine/manifests/pods.py): refused here, as
+            # a workload over every quota is (ExceedsMaxQuota), rather than left pending forever.
+            raise ValidationError(f"{wl.invalid_resources}: Kueue would queue this Workload but never admit it",
+                                  "spec.podSets")
         if f"{wl.namespace}/{wl.name}" in self.live.by_key or f"{wl.namespace}/{wl.name}" in self.live.inflight \
                 or self.ledger.find_workload(wl.namespace, wl.name):
             raise Conflict(f"workload {wl.namespace}/{wl.name} already exists", "metadata.name")

@@ -954,13 +954,14 @@ def workload_with(*containers):
 def test_workload_pod_templates_are_validated_as_kueue_does_not_as_pods():
     """A Workload's PodSet templates are not Pods: Kueue's webhook (ValidateWorkload) refuses only
     the reserved ``pods`` request, and the CRD schema does not restrict resource names. A resource
-    named ``gpu`` (Kueue's own tests use it), container names that are not DNS labels or repeat,
-    fractional extended resources and requests without limits are accepted."""
+    named ``gpu`` (Kueue's own tests use it), container names that are not DNS labels, fractional
+    extended resources and requests without limits are accepted."""
     [wl] = load_documents([workload_with(container(requests={"gpu": 1, "cpu": 1}))], "ok").workloads
     assert wl.pod_sets[0].requests == {"gpu": 1, "cpu": 1000}
     [wl] = load_documents([workload_with(container("Main_1", requests={"example.com/gpu": "0.5"}),
-                                         container("Main_1", requests={"nvidia.com/gpu": 2}))], "ok").workloads
+                                         container("", requests={"nvidia.com/gpu": 2}))], "ok").workloads
     assert wl.pod_sets[0].requests == {"example.com/gpu": 1, "nvidia.com/gpu": 2}  # rounded up, as ResourceValue
+    assert wl.invalid_resources is None
     reject([workload_with(container(requests={"pods": 1}))],
            "spec.podSets[0].template.spec.containers[0].resources.requests[pods]",
            'Invalid value: "pods": the key is reserved for internal kueue use')
@@ -970,11 +971,139 @@ def test_workload_pod_templates_are_validated_as_kueue_does_not_as_pods():
            "spec.podSets[0].template.spec.containers[0].resources.requests[gpu]", "quantities must match")
 
 
+def workload_template(**spec):
+    spec.setdefault("containers", [container(requests={"nvidia.com/gpu": 1})])
+    return workload_obj(pod_sets=[{"name": "main", "count": 1, "template": {"spec": spec}}])
+
+
+TPL = "spec.podSets[0].template.spec."
+
+
+# What the Workload CRD schema (kueue.x-k8s.io_workloads.yaml, v0.14.8) and Kueue's webhook accept in a
+# PodSet template; each was checked against a real kube-apiserver with Kueue's CRDs installed.
+@pytest.mark.parametrize("spec", [
+    {"containers": []},  # required, but may be empty
+    {"containers": [container("a"), container("b")], "initContainers": [container("a")]},  # unique per list
+    {"nodeSelector": {"a/b/c": "not a label!"}},
+    {"tolerations": [{"key": "", "operator": "Foo", "effect": "Bar", "value": "x y", "tolerationSeconds": 5}]},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpu-mem", "operator": "Gt", "values": ["40"]}]}]}}}},
+    {"priorityClassName": "Not_A_Name"},  # a Workload's priority is its own spec.priority
+])
+def test_workload_templates_accept_what_kueue_accepts(spec):
+    [wl] = load_documents([workload_template(**spec)], "ok").workloads
+    assert wl.invalid_resources is None
+
+
+@pytest.mark.parametrize("spec, field, reason", [
+    ({"containers": [container("a"), container("a")]}, TPL + "containers[1]", 'Duplicate value: {"name": "a"}'),
+    ({"initContainers": [container("i"), container("i")]}, TPL + "initContainers[1]", "Duplicate value"),
+    ({"containers": None}, TPL + "containers", "Required value"),
+    ({"initContainers": [container("i", requests={"pods": 1})]}, TPL + "initContainers[0].resources.requests[pods]",
+     "the key is reserved for internal kueue use"),
+    ({"nodeSelector": {"gpu": 1}}, TPL + "nodeSelector[gpu]", "must be a string"),
+    ({"tolerations": [{"key": 1}]}, TPL + "tolerations[0].key", "must be a string"),
+    ({"tolerations": [{"key": "k", "color": "red"}]}, TPL + "tolerations[0].color", "unknown field"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}},
+     TPL + "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", "Required value"),
+])
+def test_workload_templates_refuse_what_kueue_refuses(spec, field, reason):
+    if spec.get("containers", []) is None:
+        spec = {k: v for k, v in spec.items() if k != "containers"}
+        doc = workload_obj(pod_sets=[{"name": "main", "count": 1, "template": {"spec": spec}}])
+    else:
+        doc = workload_template(**spec)
+    reject([doc], field, reason)
+
+
+def expression(key="gpu", operator="In", values=None):
+    e = {"key": key, "operator": operator}
+    if values is not None:
+        e["values"] = values
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [e]}]}}}}
+
+
+EXPR = TPL + "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]"
+
+
+@pytest.mark.parametrize("spec, field, reason", [
+    (expression(operator="Foo"), EXPR + ".operator", 'Unsupported value: "Foo"'),
+    (expression(values=[]), EXPR + ".values", "for 'in', 'notin' operators, values set can't be empty"),
+    (expression(operator="Exists", values=["a"]), EXPR + ".values", "values set must be empty for exists"),
+    (expression(operator="Gt", values=["1", "2"]), EXPR + ".values", "exactly one value is required"),
+    (expression(operator="Lt", values=["x"]), EXPR + ".values[0]", "the value must be an integer"),
+    (expression(key="a/b/c", values=["x"]), EXPR + ".key", "a qualified name must consist of"),
+    (expression(values=["not a label!"]), EXPR + ".values[0]", "a valid label must be"),
+])
+def test_workload_node_affinity_kueue_cannot_parse_is_refused(spec, field, reason):
+    """The CRD schema accepts these (only key and operator are required); Kueue's flavor assigner
+    cannot parse them (nodeaffinity → labels.NewRequirement) and fails the workload's flavor
+    assignment; the engine, which has no failed assignment, refuses them with the parser's words."""
+    e = reject([workload_template(**spec)], field, reason)
+    assert "Kueue accepts it in a Workload, but its flavor assignment cannot parse it" in e.reason
+    missing = expression()
+    del missing["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["operator"]
+    reject([workload_template(**missing)], EXPR + ".operator", "Required value")  # the schema's own
+
+
+def test_workload_requests_above_limits_are_accepted_and_never_admitted():
+    """Kueue creates such a Workload; its scheduler leaves it pending with ValidateResources'
+    message (initContainers first, as Kueue lists them), so it is kept, with that message."""
+    over = container("main", requests={"cpu": "2", "nvidia.com/gpu": 2}, limits={"cpu": "1", "nvidia.com/gpu": 1})
+    [wl] = load_documents([workload_template(containers=[over])], "ok").workloads
+    assert wl.invalid_resources == (
+        "resources validation failed: spec.podSets[0].template.spec.containers[0]: Invalid value: "
+        '[]v1.ResourceName{"cpu", "nvidia.com/gpu"}: requests must not exceed its limits')
+    init = container("init", requests={"memory": "2Gi"}, limits={"memory": "1Gi"})
+    [wl] = load_documents([workload_template(containers=[over], initContainers=[init])], "ok").workloads
+    assert wl.invalid_resources.startswith(
+        "resources validation failed: [spec.podSets[0].template.spec.initContainers[0]: Invalid value: "
+        '[]v1.ResourceName{"memory"}: requests must not exceed its limits, spec.podSets[0].template.spec.containers[0]')
+    # A negative limit below a request is the same case (the request is not negative).
+    [wl] = load_documents([workload_template(containers=[container(requests={"cpu": 1}, limits={"cpu": -1})])],
+                          "ok").workloads
+    assert wl.invalid_resources and '[]v1.ResourceName{"cpu"}' in wl.invalid_resources
+    # Requests at their limits, or limits alone (they stand in for the requests), are valid.
+    [wl] = load_documents([workload_template(containers=[container(requests={"cpu": 1}, limits={"cpu": 1}),
+                                                         container("b", limits={"cpu": 2})])], "ok").workloads
+    assert wl.invalid_resources is None and wl.pod_sets[0].requests == {"cpu": 3000}
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"containers": [container(requests={"nvidia.com/gpu": -1})]}, "containers[0].resources.requests[nvidia.com/gpu]"),
+    ({"containers": [container(limits={"cpu": "-500m"})]}, "containers[0].resources.limits[cpu]"),
+    ({"initContainers": [container("i", requests={"memory": "-1Gi"}, limits={"memory": "1Gi"})]},
+     "initContainers[0].resources.requests[memory]"),
+    ({"overhead": {"cpu": "-1"}}, "overhead[cpu]"),
+])
+def test_workload_negative_quantities_are_refused_with_the_reason(spec, field):
+    """Kueue's schema accepts a sign and no webhook looks; charging the negative quantity would
+    free quota that is in use, so the engine refuses it and says why."""
+    e = reject([workload_template(**spec)], TPL + field, "must be greater than or equal to 0")
+    assert "Kueue would charge the negative quantity and free quota that is in use" in e.reason
+
+
+def test_workload_admission_resource_usage_rules():
+    doc = workload_obj(pod_sets=[{"name": "main", "count": 1, "template": {"spec": {"containers": [
+        container(requests={"gpu": 1})]}}}])
+    doc["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": "main", "flavors": {"gpu": "a100"}, "resourceUsage": {"gpu": "1"}, "count": 1}]}}
+    [wl] = load_documents([doc], "ok").workloads
+    assert wl.admission.pod_set_assignments[0].resource_usage == {"gpu": 1}
+    doc["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = {"gpu": "-1"}
+    reject([doc], "status.admission.podSetAssignments[0].resourceUsage[gpu]", "free quota that is in use")
+
+
 @pytest.mark.parametrize("resources, field, reason", [
     ({"requests": {"gpu": 1}}, "requests[gpu]", "must be a standard resource for containers"),
     ({"requests": {"pods": 1}}, "requests[pods]", "must be a standard resource for containers"),
     ({"requests": {"example.com/gpu": "0.5"}, "limits": {"example.com/gpu": "0.5"}}, "limits[example.com/gpu]",
      "must be an integer"),
+    ({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}, "requests[cpu]", "must be less than or equal to cpu limit"),
+    ({"requests": {"cpu": "-1"}}, "requests[cpu]", "must be greater than or equal to 0"),
 ])
 def test_job_pod_templates_keep_the_pod_rules(resources, field, reason):
     """The same requests in the pod templates of batch/v1 Jobs, Volcano and Kubeflow jobs are
@@ -988,6 +1117,24 @@ def test_job_pod_templates_keep_the_pod_rules(resources, field, reason):
           "metadata": {"name": "pt", "namespace": "team-a", "labels": {QUEUE_LABEL: "q"}},
           "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [c]}}}}}}
     reject([pt], "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].resources." + field, reason)
+
+
+@pytest.mark.parametrize("pod_spec, field, reason", [
+    ({"nodeSelector": {"a/b/c": "x"}}, "nodeSelector", "a qualified name must consist of"),
+    ({"tolerations": [{"key": "k", "operator": "Foo"}]}, "tolerations[0].operator", 'Unsupported value: "Foo"'),
+    (expression(key="a/b/c", values=["x"]), "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+     ".nodeSelectorTerms[0].matchExpressions[0].key", "a qualified name must consist of"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}},
+     "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms",
+     "must have at least one node selector term"),
+    ({"containers": [container("a")], "initContainers": [container("a")]}, "initContainers[0].name", "Duplicate value"),
+])
+def test_job_pod_templates_keep_the_api_servers_scheduling_rules(pod_spec, field, reason):
+    """What a Workload's template may hold, a Job's may not: the API server validates a Pod's
+    nodeSelector (labels), tolerations (ValidateTolerations), node affinity
+    (ValidateNodeSelectorRequirement) and container names (unique across both lists)."""
+    spec = {"restartPolicy": "Never", "containers": [container(limits={"nvidia.com/gpu": 1})], **pod_spec}
+    reject([job(pod_spec=spec)], "spec.template.spec." + field, reason)
 
 
 # --- parse_workload_document ---------------------------------------------------------------

@@ -180,6 +180,31 @@ def test_namespace_selector_mismatch_is_misconfigured():
     assert s.reason("ns-a/w") == ("Misconfigured", "Workload namespace doesn't match ClusterQueue selector")
 
 
+@pytest.mark.parametrize("strategy", ["BestEffortFIFO", "StrictFIFO"])
+def test_workload_with_requests_above_limits_is_never_admitted(strategy):
+    # Kueue's scheduler (nominate: workload.ValidateResources, before flavor assignment) leaves it
+    # pending with its message; in a StrictFIFO queue it stays the head and holds the rest back.
+    s = Scheduler(make_config(make_cq("a", [("a100", 4)], strategy=strategy)))
+    bad = wl("a", "bad", 1)
+    bad.invalid_resources = "resources validation failed: spec.podSets[0].template.spec.containers[0]: " \
+        'Invalid value: []v1.ResourceName{"cpu"}: requests must not exceed its limits'
+    s.add_workload(bad)
+    s.add_workload(wl("a", "next", 1))
+    s.run_until_stable(0)
+    assert s.reason("ns-a/bad") == ("Pending", bad.invalid_resources)
+    assert admitted(s) == (set() if strategy == "StrictFIFO" else {"next"})
+
+
+def test_a_toleration_with_an_operator_kubernetes_does_not_know_tolerates_nothing():
+    # ToleratesTaint: "" and Equal compare values, Exists matches any value, anything else nothing.
+    taint = Taint("spot", "true", "NoSchedule")
+    assert Toleration("spot", "Equal", "true").tolerates(taint)
+    assert Toleration("spot", "", "true").tolerates(taint)
+    assert Toleration("spot", "Exists").tolerates(taint)
+    assert not Toleration("spot", "Foo", "true").tolerates(taint)
+    assert not Toleration("", "Foo", "").tolerates(taint)
+
+
 def test_missing_local_queue_and_inactive_cluster_queue():
     cfg = make_config(make_cq("a", [("a100", 4), ("gone", 1)]))
     s = Scheduler(cfg)

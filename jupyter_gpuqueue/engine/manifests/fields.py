@@ -63,6 +63,9 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 
+INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
+
+
 # scheduling.k8s.io: HighestUserDefinablePriority and the two built-in system classes.
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 

@@ -1,13 +1,19 @@
 """Label selectors, node taints, tolerations and required node affinity, validated as the API
 server does (``pkg/apis/core/validation``; ``metav1validation``). Used by ResourceFlavors,
-ClusterQueues' namespaceSelector and pod templates."""
+ClusterQueues' namespaceSelector and pod templates; a Workload's PodSet templates are validated as
+Kueue does instead (``pod_validation=False``, ``_workload_tolerations``: see ``pods``)."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Optional
 
 from .. import model
+from ..errors import ManifestError
 from .fields import (
+    INT64_MAX,
+    INT64_MIN,
     MAX_FLAVOR_LABELS_TAINTS_TOLERATIONS,
     _check,
     _child,
@@ -142,21 +148,75 @@ def _tolerations(value: Any, path: str, *, max_items: Optional[int] = None) -> l
 _NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
 
-def _required_node_affinity(value: Any, path: str) -> list:
+def _workload_tolerations(value: Any, path: str) -> list[model.Toleration]:
+    """A Workload's PodSet template tolerations, as the CRD schema types them (key, operator,
+    value and effect strings, tolerationSeconds an integer) and no more: neither the schema nor
+    Kueue's webhook restricts them. An operator other than ``Equal`` / ``Exists`` is kept and
+    tolerates nothing (``ToleratesTaint``, ``model.Toleration.tolerates``); an empty one means
+    ``Equal``."""
+    out: list[model.Toleration] = []
+    for i, item in enumerate(_sequence(value, path)):
+        ipath = _index(path, i)
+        item = _mapping(item, ipath, required=True)
+        _known_fields(item, ("key", "operator", "value", "effect", "tolerationSeconds"), ipath)
+        key = _string(item.get("key"), _child(ipath, "key"))
+        op = _string(item.get("operator"), _child(ipath, "operator")) or "Equal"
+        val = _string(item.get("value"), _child(ipath, "value"))
+        effect = _string(item.get("effect"), _child(ipath, "effect"))
+        _integer(item.get("tolerationSeconds"), _child(ipath, "tolerationSeconds"), minimum=INT64_MIN, maximum=INT64_MAX)
+        out.append(model.Toleration(key=key, operator=op, value=val, effect=effect))
+    return out
+
+
+_KUEUE_CANNOT_PARSE = "Kueue accepts it in a Workload, but its flavor assignment cannot parse it"
+
+
+def _kueue_requirement(key: str, op: str, values: tuple[str, ...], path: str) -> None:
+    """A Workload's node-affinity expression as Kueue's flavor assigner parses it (nodeaffinity's
+    ``nodeSelectorRequirementsAsSelector`` → ``labels.NewRequirement``), its first error raised
+    with the parser's words (see ``pods``: the engine refuses what Kueue cannot parse)."""
+    if op not in _NODE_SELECTOR_OPERATORS:
+        raise ManifestError(f"Unsupported value: {json.dumps(op)}: {_KUEUE_CANNOT_PARSE}", _child(path, "operator"))
+    errors = _qualified_name_errors(key)
+    if errors:
+        raise _invalid(_child(path, "key"), key, "; ".join(errors) + f" ({_KUEUE_CANNOT_PARSE})")
+    vpath = _child(path, "values")
+    if op in ("In", "NotIn") and not values:
+        raise _invalid(vpath, [], f"for 'in', 'notin' operators, values set can't be empty ({_KUEUE_CANNOT_PARSE})")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise _invalid(vpath, list(values),
+                       f"values set must be empty for exists and does not exist ({_KUEUE_CANNOT_PARSE})")
+    if op in ("Gt", "Lt"):
+        if len(values) != 1:
+            raise _invalid(vpath, list(values),
+                           f"for 'Gt', 'Lt' operators, exactly one value is required ({_KUEUE_CANNOT_PARSE})")
+        if not re.fullmatch(r"[+-]?[0-9]+", values[0]) or not INT64_MIN <= int(values[0]) <= INT64_MAX:
+            raise _invalid(_index(vpath, 0), values[0],
+                           f"for 'Gt', 'Lt' operators, the value must be an integer ({_KUEUE_CANNOT_PARSE})")
+    for j, v in enumerate(values):
+        errors = _label_value_errors(v)
+        if errors:
+            raise _invalid(_index(vpath, j), v, "; ".join(errors) + f" ({_KUEUE_CANNOT_PARSE})")
+
+
+def _required_node_affinity(value: Any, path: str, *, pod_validation: bool = True) -> list:
     """``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`` as
     lists of requirements (terms ORed, expressions ANDed), validated as the API server does
-    (``ValidateNodeSelectorRequirement``). Preferred affinity and pod (anti-)affinity do not
-    restrict flavors and are ignored."""
+    (``ValidateNodeSelectorRequirement``), or, without ``pod_validation`` (a Workload's PodSet),
+    as the CRD schema does (``nodeSelectorTerms`` required, possibly empty: no constraint, as
+    Kueue's ``flavorSelector`` reads it; each expression's ``key`` and ``operator`` required)
+    and as Kueue's flavor assigner parses it (``_kueue_requirement``). Preferred affinity and pod
+    (anti-)affinity do not restrict flavors and are ignored."""
     affinity = _mapping(value, path)
     na_path = _child(path, "nodeAffinity")
     node_affinity = _mapping(affinity.get("nodeAffinity"), na_path)
     req_path = _child(na_path, "requiredDuringSchedulingIgnoredDuringExecution")
-    required = _mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), req_path)
-    if not required:
+    if node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") is None:
         return []
+    required = _mapping(node_affinity["requiredDuringSchedulingIgnoredDuringExecution"], req_path)
     terms_path = _child(req_path, "nodeSelectorTerms")
     terms = _sequence(required.get("nodeSelectorTerms"), terms_path, required=True)
-    if not terms:
+    if not terms and pod_validation:
         raise _required(terms_path, "must have at least one node selector term")
     out = []
     for i, term in enumerate(terms):
@@ -167,7 +227,21 @@ def _required_node_affinity(value: Any, path: str) -> list:
         for j, e in enumerate(_sequence(term.get("matchExpressions"), epath)):
             ep = _index(epath, j)
             e = _mapping(e, ep, required=True)
+            if not pod_validation:
+                for name in ("key", "operator"):
+                    if e.get(name) is None:
+                        raise _required(_child(ep, name))
+                key, op = _string(e["key"], _child(ep, "key")), _string(e["operator"], _child(ep, "operator"))
+                vpath = _child(ep, "values")
+                values = _sequence(e.get("values"), vpath)
+                for k, v in enumerate(values):
+                    if not isinstance(v, str):
+                        raise _wrong_type(_index(vpath, k), v, "a string")
+                _kueue_requirement(key, op, tuple(values), ep)
+                exprs.append(model.LabelSelectorRequirement(key, op, tuple(values)))
+                continue
             key = _string(e.get("key"), _child(ep, "key"), required=True)
+            _check(_qualified_name_errors(key), _child(ep, "key"), key)
             op = _string(e.get("operator"), _child(ep, "operator"), required=True)
             if op not in _NODE_SELECTOR_OPERATORS:
                 raise _unsupported(_child(ep, "operator"), op, _NODE_SELECTOR_OPERATORS)

@@ -1,6 +1,10 @@
-"""kueue.x-k8s.io Workload objects → Workloads, validated as Kueue validates them: the CRD schema
-(``workload_types.go``) and the Workload webhook (``pkg/webhooks/workload_webhook.go``,
-``ValidateWorkload``). Their PodSet templates are not Pods (see ``pods``)."""
+"""kueue.x-k8s.io Workload objects → Workloads, validated as Kueue v0.14 validates them: the CRD
+schema (``workload_types.go``; ``config/components/crd/bases/kueue.x-k8s.io_workloads.yaml``) and
+the Workload webhook (``pkg/webhooks/workload_webhook.go``, ``ValidateWorkload``: the reserved
+``pods`` request, at most one PodSet with ``minCount``, ``status.admission``). Their PodSet
+templates are not Pods: what is checked there, what is carried to the engine (requests above
+limits: Kueue's scheduler never admits such a Workload) and what is refused because the engine
+cannot do as Kueue does (negative quantities, node affinity Kueue cannot parse) is in ``pods``."""
 
 from __future__ import annotations
 
@@ -28,10 +32,8 @@ from .fields import (
     _key,
     _known_fields,
     _mapping,
-    _non_negative,
     _quantity_map,
     _required,
-    _resource_name,
     _sequence,
     _show,
     _string,
@@ -65,6 +67,7 @@ class WorkloadObjects:
         if len(raw_sets) > MAX_POD_SETS:
             raise _too_many(ppath, len(raw_sets), MAX_POD_SETS)
         pod_sets: list[model.PodSet] = []
+        over_limits: list[str] = []  # Kueue's ValidateResources errors, in its order
         with_min = 0
         for i, ps in enumerate(raw_sets):
             ipath = _index(ppath, i)
@@ -84,6 +87,7 @@ class WorkloadObjects:
                 _mapping(ps["topologyRequest"], _child(ipath, "topologyRequest"))
                 self.b.warn(_child(ipath, "topologyRequest"), "ignored: topology-aware scheduling is not supported")
             info = _pod_template(ps.get("template"), _child(ipath, "template"), pod_validation=False)
+            over_limits.extend(info.over_limits)
             pod_sets.append(model.PodSet(name=psname, count=count, requests=info.requests, min_count=min_count,
                                          node_selector=info.node_selector, tolerations=info.tolerations,
                                required_affinity=info.required_affinity))
@@ -114,14 +118,21 @@ class WorkloadObjects:
         if spec.get("preemptionGates"):
             self.b.warn("spec.preemptionGates", "ignored: preemption gates are not supported")
         admission = self._admission(doc.get("status"), pod_sets)
-        return self.b._new_workload(kind=kind, name=name, namespace=namespace, queue=queue, pod_sets=pod_sets,
-                                  meta=meta, labels=labels, annotations=annotations, priority=None,
-                                  fixed_priority=(priority or 0, pc_name, pc_kind), max_exec=max_exec,
-                                  active=active, admission=admission)
+        draft = self.b._new_workload(kind=kind, name=name, namespace=namespace, queue=queue, pod_sets=pod_sets,
+                                     meta=meta, labels=labels, annotations=annotations, priority=None,
+                                     fixed_priority=(priority or 0, pc_name, pc_kind), max_exec=max_exec,
+                                     active=active, admission=admission)
+        if over_limits:
+            # Kueue creates it, and its scheduler leaves it pending with this message (``pods``).
+            errors = over_limits[0] if len(over_limits) == 1 else f"[{', '.join(over_limits)}]"
+            draft.workload.invalid_resources = f"resources validation failed: {errors}"
+        return draft
 
     def _admission(self, status: Any, pod_sets: list[model.PodSet]) -> Optional[model.Admission]:
         """``status.admission`` → ``model.Admission`` (webhook validateAdmission: known podSet
-        names, resourceUsage a multiple of count; CEL: one assignment per podSet)."""
+        names, resourceUsage a multiple of count; CEL: one assignment per podSet; the schema:
+        flavor names are DNS subdomains, resource names any string). A negative resourceUsage is
+        refused, as a negative request is (``pods``)."""
         status = _mapping(status, "status")
         if status.get("admission") is None:
             return None
@@ -148,14 +159,14 @@ class WorkloadObjects:
             count = _integer(item.get("count"), _child(ipath, "count"), default=by_name[psname].count, minimum=0)
             fpath = _child(ipath, "flavors")
             flavors: dict[str, str] = {}
-            for rname, fname in _mapping(item.get("flavors"), fpath).items():
-                _resource_name(rname, fpath)
+            for rname, fname in _mapping(item.get("flavors"), fpath).items():  # resource names: any string
                 flavors[rname] = _dns_subdomain(fname, _key(fpath, rname))
             upath = _child(ipath, "resourceUsage")
             usage: dict[str, int] = {}
             for rname, (q, qraw) in _quantity_map(item.get("resourceUsage"), upath).items():
-                _resource_name(rname, _key(upath, rname))
-                _non_negative(q, _key(upath, rname), qraw)
+                if q < 0:  # as a negative request (``pods``): it would free quota that is in use
+                    raise _invalid(_key(upath, rname), qraw, "must be greater than or equal to 0 (Kueue would "
+                                   "charge the negative quantity and free quota that is in use)")
                 value = resource_value(rname, q)
                 if count > 0 and value % count != 0:
                     raise _invalid(_key(upath, rname), qraw, f"is not a multiple of {count}")
