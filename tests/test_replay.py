@@ -173,6 +173,16 @@ def test_mapping_errors():
 # -- metrics, hand-computed ----------------------------------------------------------------------
 
 
+def test_fair_shares_water_filling():
+    from jupyter_gpuqueue.replay.metrics import fair_shares
+
+    assert fair_shares(10, {"a": 8, "b": 8}, {"a": 1, "b": 1}) == {"a": 5, "b": 5}
+    assert fair_shares(10, {"a": 8, "b": 8}, {"a": 3, "b": 1}) == pytest.approx({"a": 7.5, "b": 2.5})
+    assert fair_shares(10, {"a": 2, "b": 20}, {"a": 1, "b": 1}) == {"a": 2, "b": 8}
+    # weight 0 (no quota of its own): what the others leave
+    assert fair_shares(10, {"a": 4, "z": 20}, {"a": 1, "z": 0}) == {"a": 4, "z": 6}
+
+
 def test_replay_metrics_hand_computed():
     """team-a and team-b have 2 GPUs each in one cohort; no reclaim.
     aa: j0 (t=0, 2 GPUs, 100 s) → 0–100; j1 (t=0, 2 GPUs, 100 s) borrows b's 2 → 0–100.
@@ -194,8 +204,15 @@ def test_replay_metrics_hand_computed():
     assert ov["gpuUtilization"] == pytest.approx(0.75)
     assert ov["borrowedGpuHours"] == pytest.approx(200 / 3600)
     assert ov["gpuHours"] == pytest.approx(450 / 3600)
-    assert ov["jainFairnessIndex"] == pytest.approx(0.5625 / (2 * ((2 / 3) ** 2 + (1 / 12) ** 2)))
-    assert ov["jainFairnessIndexWeighted"] == pytest.approx(ov["jainFairnessIndex"])
+    assert ov["jainIndexOfMeanDominantShares"] == pytest.approx(0.5625 / (2 * ((2 / 3) ** 2 + (1 / 12) ** 2)))
+    assert ov["jainIndexOfMeanDominantSharesWeighted"] == pytest.approx(ov["jainIndexOfMeanDominantShares"])
+    # Contended 10–100 (j2 pending): demand a 4, b 1; fair shares of 4 GPUs, weights 2 and 2:
+    # b 1 (its demand), a 3; x = 4/3 and 0 → Jain (4/3)² / (2 · 16/9) = 0.5.
+    cf = ov["contendedFairness"]
+    assert cf["jainIndexMean"] == pytest.approx(0.5)
+    assert cf["contendedHours"] == pytest.approx(90 / 3600)
+    assert report["timeline"]["contendedJainIndex"] == [0.5, 0.5, None]
+    assert ov["preemptionLossShare"] == 0.0
     a, b = report["clusterQueues"]["team-a"], report["clusterQueues"]["team-b"]
     assert a["gpuUtilization"] == pytest.approx(400 / 300) and b["gpuUtilization"] == pytest.approx(50 / 300)
     assert (a["nominalGpus"], a["admissions"], b["borrowedGpuHours"]) == (2, 2, 0)
@@ -372,3 +389,53 @@ def test_cli_kueue_perf_reports_beside_kueue(monkeypatch, tmp_path):
     assert report["kueue"]["timeToAdmissionS"] == {"large": 16.5, "medium": 76.8, "small": 215.5}
     assert report["simulation"]["completions"] == 180
     assert "ClusterQueue usage" in out and "55.9%" in out and "time to admission small" in out
+
+
+# -- estimated start times (--eta) -----------------------------------------------------------------
+
+ETA_TRACE = "".join(f"j{i},{'aa' if i % 3 else 'bb'},{i * 5},{100 + 37 * (i % 4)},{1 + i % 2},,,,,\n" for i in range(24))
+
+
+def test_replay_eta_block_shape_and_oracle_exact_without_later_arrivals():
+    rc = config()
+    eta = rp.EtaOptions(runtime_model="oracle", sample=1, details=True)
+    report = rp.replay_trace(trace(ETA_TRACE), rc, options=rp.ReplayOptions(requeue_batch_seconds=0), eta=eta)
+    b = report["eta"]
+    assert b["runtimeModel"] == "oracle" and b["sampled"] == 1
+    assert b["jobsWaited"] > 5 and b["jobsSampled"] == b["jobsWaited"]
+    assert b["coverage"] == 1.0
+    for k in ("medianAbsErrorSeconds", "p90AbsErrorSeconds", "withinFactor2", "rangeCoverage", "byPoint",
+              "baselines", "errorsSeconds", "wallTimeS"):
+        assert k in b
+    assert set(b["byPoint"]) == {"submission", "25%", "50%", "75%"}
+    assert set(b["baselines"]) == {"rate", "oracle"}
+    assert b["baselines"]["rate"]["coverage"] is not None
+    # with the oracle model the model is the oracle baseline
+    assert b["medianAbsErrorSeconds"] == b["baselines"]["oracle"]["medianAbsErrorSeconds"]
+    # the last job's estimates come after every arrival: exact
+    last = max(b["estimates"], key=lambda d: d["t"])
+    assert last["model"] == pytest.approx(last["actual"])
+    assert len(b["estimates"]) == 4 * b["jobsSampled"]
+
+
+def test_replay_eta_sampling_and_history():
+    rc = config()
+    eta = rp.EtaOptions(runtime_model="history", sample=3)
+    report = rp.replay_trace(trace(ETA_TRACE), rc, eta=eta)
+    b = report["eta"]
+    assert b["sampled"] == 3 and b["jobsSampled"] == len(range(0, b["jobsWaited"], 3))
+    assert b["coverage"] == 1.0 and b["baselines"]["oracle"]["coverage"] == 1.0
+
+
+def test_cli_replay_eta(tmp_path):
+    (tmp_path / "t.csv").write_text(HEADER + ETA_TRACE)
+    (tmp_path / "q.yaml").write_text(CONFIG)
+    code, out, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"), "--eta",
+                           "--runtime-model", "declared", "--eta-sample", "2"])
+    assert code == 0, err
+    b = json.loads(out)["eta"]
+    assert b["runtimeModel"] == "declared" and b["sampled"] == 2
+    assert "estimated start times" in err and "baseline rate" in err
+    code, _, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"),
+                         "--runtime-model", "oracle"])
+    assert code == 2 and "--eta" in err

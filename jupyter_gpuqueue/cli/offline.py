@@ -71,8 +71,14 @@ def cmd_replay(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
             inventory = load_inventory_file(args.inventory)
         trace = rp.read_trace_file(args.trace, limit=args.limit)
         wall = {"read": _time.perf_counter() - t0}
+        eta = None
+        if args.eta:
+            eta = rp.EtaOptions(runtime_model=args.runtime_model, sample=args.eta_sample or rp.EtaOptions().sample)
+        elif args.runtime_model != "history" or args.eta_sample is not None:
+            raise UsageError("--runtime-model and --eta-sample need --eta", field="eta")
         try:
-            report = rp.replay_trace(trace, rc, inventory=inventory, options=options, source=args.trace, wall=wall)
+            report = rp.replay_trace(trace, rc, inventory=inventory, options=options, source=args.trace, wall=wall,
+                                     eta=eta)
         except SimulationError as e:
             print(f"{PROG} replay: simulation stopped: {e}", file=err)
             return 1
@@ -179,6 +185,13 @@ def _add_replay(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
     p.add_argument("--max-gpus-per-pod", type=positive_int, default=8, metavar="N",
                    help="larger jobs become gangs of pods of at most N GPUs (default 8)")
     p.add_argument("--limit", type=positive_int, metavar="N", help="replay only the first N jobs of the trace")
+    p.add_argument("--eta", action="store_true",
+                   help="also measure estimated start times: for each sampled waiting job, the estimate at its "
+                   "submission and at 25/50/75%% of its wait, against the rate and oracle baselines (a second pass)")
+    p.add_argument("--runtime-model", choices=("history", "declared", "oracle"), default="history",
+                   help="run times the estimator assumes (with --eta; default history: per team and GPU count)")
+    p.add_argument("--eta-sample", type=positive_int, metavar="K",
+                   help="with --eta: estimate every K-th waiting job (default 40; 1: all)")
     p.add_argument("-q", "--quiet", action="store_true", help="no human summary")
 
 

@@ -49,12 +49,13 @@ from __future__ import annotations
 
 import heapq
 import math
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
 from .model import LOWER_OR_NEWER_EQUAL_PRIORITY, REASON_EXCEEDS_MAX_QUOTA, REASON_INACTIVE, REASON_MISCONFIGURED
-from .runtime_model import Prediction, RuntimeModel
+from .runtime_model import RuntimeModel
 from .scheduler import Scheduler
 from .snapshot import copy_workload, snapshot
 
@@ -67,7 +68,7 @@ DEFAULT_HORIZON = 30 * 86400.0
 RUNNING = "running"
 PENDING = "pending"
 
-_LOW, _POINT, _HIGH = 0, 1, 2
+_POINT, _LOW, _HIGH = 0, 1, 2
 _END, _RETURN = 0, 1  # event kinds: a run ends / a held workload comes back
 
 
@@ -122,6 +123,7 @@ def estimate_starts(
     ranges: bool = True,
     max_waiting_for: int = 3,
     compress: bool = True,
+    sampled: bool = True,
 ) -> dict[str, Estimate]:
     """Estimate when each pending workload of ``state`` starts (see the module docstring).
 
@@ -154,7 +156,7 @@ def estimate_starts(
                 out[k] = Estimate(held_until=max(float(holds[k]), now))
     if not todo:
         return out
-    preds = _predictions(state, now, runtime_model)
+    preds = _predictions(state, now, runtime_model, sampled)
     end_time = now + horizon if horizon is not None and math.isfinite(horizon) else math.inf
     point = _forward(state, now, preds, _POINT, holds, deadlines, todo, end_time, max_waiting_for, compress)
     low = high = None
@@ -178,10 +180,9 @@ def estimate_starts(
         e.start_at = t
         e.waiting_for = point.waits.get(k, ())
         if ranges:
-            lo = low.starts.get(k, t)
-            hi = high.starts.get(k)
-            e.early = min(lo, t)
-            e.late = max(hi, t) if hi is not None else None  # None: later than the horizon
+            lo, hi = low.starts.get(k), high.starts.get(k)
+            e.early = min(t, *(x for x in (lo, hi) if x is not None))
+            e.late = None if lo is None or hi is None else max(t, lo, hi)  # None: beyond the horizon
         else:
             e.early = e.late = t
     return out
@@ -197,25 +198,36 @@ def _human(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _predictions(state: Scheduler, now: float, model: RuntimeModel) -> dict[str, Prediction]:
-    """Predicted total run time of every workload: admitted ones conditioned on their elapsed
-    time, pending ones from zero."""
-    out: dict[str, Prediction] = {}
+def _unit(seed: int, key: str) -> float:
+    """A quantile in (0, 1) fixed by the workload's key: the same at every recomputation."""
+    return (zlib.crc32(f"{seed}/{key}".encode()) + 0.5) / 4294967296.0
+
+
+def _predictions(state: Scheduler, now: float, model: RuntimeModel, sampled: bool) -> dict[str, tuple]:
+    """Run times of every workload for the three forward runs (point, then the two that bound the
+    range): admitted ones conditioned on their elapsed time, pending ones from zero."""
+    out: dict[str, tuple] = {}
     admit_time = state.admit_time
+    admitted = state.admitted
+    quantile = getattr(model, "quantile", None) if sampled else None
     for k, wl in state.workloads.items():
-        if k in state.admitted:
+        elapsed = 0.0
+        if k in admitted:
             start = admit_time.get(k)
             elapsed = max(0.0, now - start) if start is not None else 0.0
-            out[k] = model.predict(wl, elapsed)
+        if quantile is not None:
+            out[k] = (quantile(wl, elapsed, _unit(0, k)), quantile(wl, elapsed, _unit(1, k)),
+                      quantile(wl, elapsed, _unit(2, k)))
         else:
-            out[k] = model.predict(wl, 0.0)
+            p = model.predict(wl, elapsed)
+            out[k] = (p.point, p.low, p.high)
     return out
 
 
 def _forward(
     base: Scheduler,
     now: float,
-    preds: Mapping[str, Prediction],
+    preds: Mapping[str, tuple],
     which: int,
     holds: Mapping[str, Optional[float]],
     deadlines: Mapping[str, float],

@@ -19,7 +19,8 @@ The models
 ----------
 * :class:`DeclaredRuntime`: the declared maximum run time (``maximum_execution_time_seconds``), or
   ``default_seconds`` when none is declared; the same figure three times. What a user would
-  assume knowing nothing else; pessimistic by construction.
+  assume knowing nothing else; pessimistic by construction. A workload without a declared maximum
+  that has already run longer than the default is assumed to run as long again (:func:`outrun`).
 * :class:`OracleRuntime`: the true run times (known only in a replay): the ceiling of what any
   model can reach, and the baseline that measures the error the *queue* adds (arrivals,
   preemptions) apart from the error of the run-time prediction.
@@ -31,12 +32,15 @@ The models
   declared). For a running workload the quantiles are those of the recorded run times longer than
   ``elapsed`` (the distribution conditioned on having run that long), which is what makes a
   heavy-tailed workload mix predictable: a job that has already run 5 hours is not expected to
-  end at the median of all jobs. Each key keeps its last ``window`` run times.
+  end at the median of all jobs. Each key keeps its last ``window`` run times. A running workload
+  that has outrun every key's history and the fallback is assumed to run as long again
+  (:func:`outrun`), not to end now.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from typing import Callable, Hashable, Iterable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
@@ -59,9 +63,39 @@ class RuntimeModel(Protocol):
         ...  # pragma: no cover
 
 
+class QuantileModel(RuntimeModel, Protocol):
+    """A model that also knows its distribution: ``quantile(wl, elapsed, u)`` is the total run
+    time at quantile ``u`` (0 < u < 1) of the run times of workloads like ``wl`` that run longer
+    than ``elapsed``. The estimator then draws each workload's run time at its own quantile (see
+    :mod:`.estimate`, "Sampled run times")."""
+
+    def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        ...  # pragma: no cover
+
+
+def outrun_quantile(elapsed: float, u: float) -> float:
+    """Quantile ``u`` of the run time of a workload that has outrun everything known: Pareto with
+    index 1 from ``elapsed`` (the median is twice ``elapsed``, as :func:`outrun`'s point), ``u``
+    capped at 0.9."""
+    return elapsed / (1.0 - min(u, 0.9))
+
+
+OUTRUN = (1.5, 2.0, 3.0)
+
+
+def outrun(elapsed: float) -> Prediction:
+    """A workload that has run longer than anything the model knows (and declares no maximum):
+    as long again (point), half as long again (low), twice as long again (high). For
+    heavy-tailed run times (Philly's: median 19 min, mean 3.6 h) the time still to run grows with
+    the time already run."""
+    return Prediction(elapsed * OUTRUN[0], elapsed * OUTRUN[1], elapsed * OUTRUN[2])
+
+
 def _at_least(p: Prediction, elapsed: float) -> Prediction:
-    if p.low >= elapsed:
+    if p.low > elapsed or elapsed <= 0:
         return p
+    if p.high <= elapsed:
+        return outrun(elapsed)
     return Prediction(max(p.low, elapsed), max(p.point, elapsed), max(p.high, elapsed))
 
 
@@ -73,9 +107,21 @@ class DeclaredRuntime:
 
     def predict(self, wl: Workload, elapsed: float) -> Prediction:
         t = wl.maximum_execution_time_seconds
-        t = float(t) if t else self.default_seconds
-        t = max(t, elapsed)
+        if t:
+            t = max(float(t), elapsed)  # a declared maximum is enforced: it ends by then
+            return Prediction(t, t, t)
+        if elapsed >= self.default_seconds:
+            return outrun(elapsed)
+        t = self.default_seconds
         return Prediction(t, t, t)
+
+    def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        t = wl.maximum_execution_time_seconds
+        if t:
+            return max(float(t), elapsed)
+        if elapsed >= self.default_seconds:
+            return outrun_quantile(elapsed, u)
+        return self.default_seconds
 
 
 class OracleRuntime:
@@ -91,6 +137,19 @@ class OracleRuntime:
             return self.fallback.predict(wl, elapsed)
         t = max(float(t), elapsed)
         return Prediction(t, t, t)
+
+    def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        t = self.runtimes.get(wl.key)
+        if t is None:
+            return _quantile_of(self.fallback, wl, elapsed, u)
+        return max(float(t), elapsed)
+
+
+def _quantile_of(model, wl: Workload, elapsed: float, u: float) -> float:
+    q = getattr(model, "quantile", None)
+    if q is not None:
+        return q(wl, elapsed, u)
+    return model.predict(wl, elapsed).point
 
 
 def _shape(wl: Workload) -> tuple:
@@ -130,19 +189,30 @@ def _quantile(xs: list[float], q: float, start: int = 0) -> float:
 
 
 class _Samples:
-    __slots__ = ("order", "sorted", "cache")
+    __slots__ = ("order", "sorted", "cache", "sums")
 
     def __init__(self):
         self.order: deque = deque()
         self.sorted: list[float] = []
         self.cache: Optional[Prediction] = None
+        self.sums: Optional[list[float]] = None  # suffix sums of ``sorted``, built when needed
+
+    def tail_mean(self, start: int) -> float:
+        if self.sums is None:
+            sums = list(itertools.accumulate(reversed(self.sorted)))
+            sums.reverse()
+            self.sums = sums
+        return self.sums[start] / (len(self.sorted) - start)
 
 
 class HistoryRuntime:
     """Quantiles of past run times of similar workloads (see the module docstring).
 
     ``keys(wl)``: keys from the most to the least specific (default :func:`default_history_keys`);
-    ``quantiles``: (low, point, high) quantiles, default (0.25, 0.5, 0.75); ``min_samples``: run
+    ``quantiles``: (low, point, high) quantiles, default (0.25, 0.5, 0.75); ``point``: ``"mean"``
+    (default) takes the mean of the runs for the point estimate instead of the middle quantile —
+    a queue drains at the rate of the *mean* run time, which a heavy tail puts far above the
+    median (the point is then at least ``low``, and ``high`` at least the point); ``min_samples``: run
     times a key needs before it answers; ``window``: run times kept per key (the most recent);
     ``fallback``: the model when no key answers (default :class:`DeclaredRuntime`)."""
 
@@ -154,7 +224,11 @@ class HistoryRuntime:
         min_samples: int = 5,
         window: int = 2000,
         fallback: Optional[RuntimeModel] = None,
+        point: str = "mean",
     ):
+        if point not in ("mean", "quantile"):
+            raise ValueError("point must be 'mean' or 'quantile'")
+        self.point = point
         if not (0 <= quantiles[0] <= quantiles[1] <= quantiles[2] <= 1):
             raise ValueError("quantiles must be 0 <= low <= point <= high <= 1")
         self.keys = keys
@@ -182,6 +256,7 @@ class HistoryRuntime:
                 old = s.order.popleft()
                 del s.sorted[bisect.bisect_left(s.sorted, old)]
             s.cache = None
+            s.sums = None
 
     def samples(self, key: Hashable) -> int:
         s = self._samples.get(key)
@@ -197,13 +272,39 @@ class HistoryRuntime:
             xs = s.sorted
             if elapsed <= 0:
                 if s.cache is None:
-                    s.cache = Prediction(_quantile(xs, ql), _quantile(xs, qp), _quantile(xs, qh))
+                    s.cache = self._predict(s, 0)
                 return s.cache
             i = bisect.bisect_right(xs, elapsed)
             if len(xs) - i < need:
                 continue  # too few runs this long under this key: ask a broader one
-            return Prediction(_quantile(xs, ql, i), _quantile(xs, qp, i), _quantile(xs, qh, i))
+            return self._predict(s, i)
         return _at_least(self.fallback.predict(wl, elapsed), elapsed)
+
+
+    def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        need = self.min_samples
+        for k in self.keys(wl):
+            s = self._samples.get(k)
+            if s is None or len(s.sorted) < need:
+                continue
+            xs = s.sorted
+            i = bisect.bisect_right(xs, elapsed) if elapsed > 0 else 0
+            if len(xs) - i < need:
+                continue
+            return _quantile(xs, u, i)
+        fb = self.fallback.predict(wl, elapsed)
+        if elapsed > 0 and fb.high <= elapsed:
+            return outrun_quantile(elapsed, u)
+        return max(_quantile_of(self.fallback, wl, elapsed, u), elapsed)
+
+    def _predict(self, s: _Samples, i: int) -> Prediction:
+        ql, qp, qh = self.quantiles
+        xs = s.sorted
+        low, high = _quantile(xs, ql, i), _quantile(xs, qh, i)
+        if self.point == "mean":
+            point = max(low, s.tail_mean(i))
+            return Prediction(low, point, max(high, point))
+        return Prediction(low, _quantile(xs, qp, i), high)
 
 
 MODELS = ("history", "declared", "oracle")
@@ -218,6 +319,9 @@ __all__ = [
     "OWNER_LABEL",
     "OracleRuntime",
     "Prediction",
+    "QuantileModel",
+    "outrun",
+    "outrun_quantile",
     "RuntimeModel",
     "default_history_keys",
 ]

@@ -45,10 +45,21 @@ Per team (tenant), per ClusterQueue and overall:
   configuration can lend); window = first submission to last completion;
 * ``borrowedGpuHours`` = ∫ max(0, usage − nominal) dt per ClusterQueue and flavor;
 * ``preemptions``: workloads preempted (per team and ClusterQueue: as victims);
-* ``jainFairnessIndex`` = (Σ xᵢ)² / (n Σ xᵢ²) over the teams' time-averaged **dominant shares**
-  xᵢ (DRF: max over resources of the team's usage / the cluster's quota of that resource);
-  ``jainFairnessIndexWeighted`` uses xᵢ / the team's ClusterQueue's share of the quota instead
-  (1.0 when every team got usage in proportion to its quota);
+* ``contendedFairness`` (fairness over contended time): in every interval where some ClusterQueue
+  has a pending workload, each ClusterQueue with demand (GPUs held + GPUs requested by its pending
+  workloads) gets xᵢ = its allocated GPUs / its **fair share**: the weighted max-min share of the
+  GPUs its cohort tree can lend, capped by its demand, with weights nominal GPU quota × the
+  ClusterQueue's fairSharing weight (Kueue's dominant resource share measures usage relative to
+  nominal quota, divided by the weight); Jain's index (Σ xᵢ)² / (n Σ xᵢ²) of the xᵢ (1 = everyone
+  got its fair share). ``jainIndexMean``: its time-weighted mean over contended time;
+  ``contendedHours``: how long some work was pending; ``timeline.contendedJainIndex``: per bin
+  (None: no contention in the bin). ``preemptionLossShare``: GPU-hours lost to preemption
+  (restarted runs) / all GPU-hours used;
+* ``jainIndexOfMeanDominantShares`` (formerly ``jainFairnessIndex``): Jain's index over the teams'
+  dominant shares averaged over the whole window (DRF: max over resources of the team's usage /
+  the cluster's quota of that resource), and ``…Weighted`` with each share divided by the team's
+  share of the quota. It measures how much each team *used* over the trace, which every policy
+  serves in the end (0.455 for the Philly trace under any configuration): not fairness;
 * ``timeline``: per bin of ``binSeconds``: GPU utilization cluster-wide and per ClusterQueue (bin
   averages), pending workloads (time average), and mean / p95 queueing delay of the jobs submitted
   in the bin — the data of the plot (``--plot FILE.svg``);
@@ -60,8 +71,15 @@ Kueue performance workloads
 reports mean ClusterQueue usage and mean time to admission per class beside Kueue's published
 means, and the wall time.
 
+Estimated start times
+---------------------
+``replay TRACE --config Q.yaml --eta [--runtime-model history|declared|oracle] [--eta-sample K]``
+adds ``report["eta"]``: the accuracy of the start-time estimates made at each sampled waiting
+job's submission (and at 25/50/75 % of its wait), beside the ``rate`` and ``oracle`` baselines;
+see :mod:`jupyter_gpuqueue.replay.eta`.
+
 Modules, by step: ``trace`` (reading a trace and its queue configuration), ``run`` (the simulated
-run, and Kueue's performance workloads), ``metrics`` (what a report measures), ``summary`` (the text
+run, and Kueue's performance workloads), ``metrics`` (what a report measures), ``eta`` (estimated start times, measured), ``summary`` (the text
 for people) and ``plot`` (the SVG).
 """
 
@@ -99,4 +117,8 @@ from .summary import (  # noqa: F401
 )
 from .plot import (  # noqa: F401
     plot_svg,
+)
+from .eta import (  # noqa: F401
+    EtaOptions,
+    eta_report,
 )

@@ -242,9 +242,14 @@ def trace_metrics(sim: Simulator, rc: ReplayConfig, *, bin_seconds: Optional[flo
     overall = _group_stats(jobs) | {
         "gpuUtilization": (total_used / (cap_gpu * window)) if cap_gpu and window > 0 else None,
         "borrowedGpuHours": sum(cq_borrowed.values()) / 3600.0,
-        "jainFairnessIndex": jain_index(list(dominant.values())),
-        "jainFairnessIndexWeighted": jain_index(weighted),
+        "jainIndexOfMeanDominantShares": jain_index(list(dominant.values())),
+        "jainIndexOfMeanDominantSharesWeighted": jain_index(weighted),
     }
+    contended = contended_fairness(sim, rc, t0, w, nbins)
+    overall["contendedFairness"] = contended["summary"]
+    gpu_s_all = total_used
+    lost = _lost_gpu_hours(sim) * 3600.0
+    overall["preemptionLossShare"] = (lost / gpu_s_all) if gpu_s_all > 0 else 0.0
 
     timeline = {
         "start": t0,
@@ -259,6 +264,7 @@ def trace_metrics(sim: Simulator, rc: ReplayConfig, *, bin_seconds: Optional[flo
         "pendingWorkloads": [round(x, 3) for x in pending_bins.averages()],
         "meanQueueingDelayS": [round(sum(d) / len(d), 3) if d else None for d in delays_by_bin],
         "p95QueueingDelayS": [round(percentile(sorted(d), 95), 3) if d else None for d in delays_by_bin],
+        "contendedJainIndex": contended["bins"],
     }
     return {
         "windowS": {"start": t0, "end": t1},
@@ -269,6 +275,139 @@ def trace_metrics(sim: Simulator, rc: ReplayConfig, *, bin_seconds: Optional[flo
         "timeline": timeline,
         "simulation": _sim_stats(sim),
     }
+
+
+def fair_shares(capacity: float, demand: dict[str, float], weight: dict[str, float]) -> dict[str, float]:
+    """Weighted max-min fair shares of ``capacity`` (progressive filling): each ClusterQueue gets
+    at most its ``demand``, the rest is shared in proportion to ``weight``; ClusterQueues of weight
+    0 share what the others leave, equally."""
+    out = {k: 0.0 for k in demand}
+    left = float(capacity)
+    for tier in ([k for k in demand if weight.get(k, 0) > 0], [k for k in demand if weight.get(k, 0) <= 0]):
+        active = [k for k in tier if demand[k] > 0]
+        wts = {k: (weight[k] if weight.get(k, 0) > 0 else 1.0) for k in active}
+        while active and left > 1e-9:
+            total_w = sum(wts[k] for k in active)
+            unit = left / total_w
+            done = [k for k in active if demand[k] - out[k] <= unit * wts[k] + 1e-9]
+            if not done:
+                for k in active:
+                    out[k] += unit * wts[k]
+                left = 0.0
+                break
+            for k in done:
+                left -= demand[k] - out[k]
+                out[k] = demand[k]
+            active = [k for k in active if k not in done]
+    return out
+
+
+def contended_fairness(sim: Simulator, rc: ReplayConfig, t0: float, w: float, nbins: int) -> dict:
+    """Fairness over contended time (see the package docstring): in every interval where some
+    ClusterQueue has a pending workload, each ClusterQueue with demand (GPUs held + GPUs its pending
+    workloads request) gets x = allocated GPUs / fair share, the fair share being the weighted
+    max-min share of the GPUs its cohort tree can lend (weights: nominal GPU quota × the
+    ClusterQueue's fairSharing weight, Kueue's dominant resource share being usage relative to
+    nominal quota, divided by the weight); Jain's index of the x's, time-weighted per timeline bin
+    and over all contended time."""
+    tree = sim.scheduler.tree
+    cfg = rc.config
+    weight: dict[str, float] = {}
+    for name, node in tree.cluster_queues.items():
+        nominal = sum(q for (f, r), q in node.nominal.items() if r == GPU)
+        cq = cfg.cluster_queues.get(name)
+        weight[name] = nominal * (cq.fair_sharing_weight if cq is not None else 1.0)
+    root_of = {name: node.root().name for name, node in tree.cluster_queues.items()}
+    root_cap: dict[str, float] = {}
+    for root in tree.roots():
+        root_cap[root.name] = float(sum(q for (f, r), q in root.subtree_quota.items() if r == GPU))
+    # Events: (time, cq, d_alloc, d_pending_gpus, d_pending_count)
+    lq_cq = {k: lq.cluster_queue for k, lq in cfg.local_queues.items()}
+    ev: list[tuple[float, str, float, float, int]] = []
+    for j in sim.jobs.values():
+        cq = lq_cq.get(f"{j.workload.namespace}/{j.workload.queue_name}")
+        if cq is None:
+            continue
+        gpus = float(j.workload.total_requests().get(GPU, 0))
+        wait_from = j.submit_time
+        for run in j.runs:
+            g = sum(q for fr, q in run.usage if fr[1] == GPU)
+            if wait_from is not None and run.start > wait_from:
+                ev.append((wait_from, cq, 0.0, gpus, 1))
+                ev.append((run.start, cq, 0.0, -gpus, -1))
+            ev.append((run.start, run.cluster_queue, float(g), 0.0, 0))
+            if run.end is not None:
+                ev.append((run.end, run.cluster_queue, -float(g), 0.0, 0))
+            wait_from = run.end if run.preempted else None
+        if wait_from is not None and j.finish_time is None and not (j.runs and j.runs[-1].end is None):
+            ev.append((wait_from, cq, 0.0, gpus, 1))
+    ev.sort(key=lambda e: e[0])
+    alloc = {k: 0.0 for k in weight}
+    pend_gpus = {k: 0.0 for k in weight}
+    pend_n = {k: 0 for k in weight}
+    bins_acc = [0.0] * nbins
+    bins_t = [0.0] * nbins
+    total = 0.0
+    contended_t = 0.0
+    prev = None
+    n_pending = 0
+    intervals = 0
+    i = 0
+    n = len(ev)
+    while i < n:
+        t = ev[i][0]
+        if prev is not None and t > prev and n_pending > 0:
+            x = _jain_now(alloc, pend_gpus, pend_n, weight, root_of, root_cap)
+            if x is not None:
+                dt = t - prev
+                total += x * dt
+                contended_t += dt
+                intervals += 1
+                _spread(bins_acc, bins_t, t0, w, nbins, prev, t, x)
+        while i < n and ev[i][0] == t:
+            _, cq, da, dp, dn = ev[i]
+            alloc[cq] = alloc.get(cq, 0.0) + da
+            pend_gpus[cq] = pend_gpus.get(cq, 0.0) + dp
+            pend_n[cq] = pend_n.get(cq, 0) + dn
+            n_pending += dn
+            i += 1
+        prev = t
+    return {
+        "summary": {
+            "jainIndexMean": (total / contended_t) if contended_t > 0 else None,
+            "contendedHours": contended_t / 3600.0,
+            "contendedIntervals": intervals,
+        },
+        "bins": [round(a / b, 4) if b > 0 else None for a, b in zip(bins_acc, bins_t)],
+    }
+
+
+def _jain_now(alloc, pend_gpus, pend_n, weight, root_of, root_cap) -> Optional[float]:
+    demand = {k: alloc[k] + pend_gpus[k] for k in alloc if alloc[k] + pend_gpus[k] > 0}
+    if not demand:
+        return None
+    xs = []
+    by_root: dict[str, dict[str, float]] = {}
+    for k, d in demand.items():
+        by_root.setdefault(root_of.get(k, k), {})[k] = d
+    for root, dem in by_root.items():
+        shares = fair_shares(root_cap.get(root, 0.0), dem, weight)
+        for k, f in shares.items():
+            if f > 1e-9:
+                xs.append(alloc[k] / f)
+    return jain_index(xs) if xs else None
+
+
+def _spread(acc: list[float], tt: list[float], t0: float, w: float, nbins: int, a: float, b: float, x: float) -> None:
+    i = max(0, int((a - t0) // w))
+    last = min(int((b - t0) // w), nbins - 1)
+    while i <= last:
+        lo = t0 + i * w
+        ov = min(b, lo + w) - max(a, lo)
+        if ov > 0:
+            acc[i] += x * ov
+            tt[i] += ov
+        i += 1
 
 
 def _group_stats(jobs: list[SimJob]) -> dict:

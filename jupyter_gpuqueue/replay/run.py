@@ -52,10 +52,12 @@ def replay_trace(
     options: Optional[ReplayOptions] = None,
     source: str = "<trace>",
     wall: Optional[dict] = None,
+    eta=None,
 ) -> dict:
     """Replay ``trace`` against ``rc`` (and ``inventory``); returns the report (see the module
     docstring; :func:`summary_text` renders it). ``wall``: wall times measured so far (e.g.
-    ``{"read": s}``), completed here."""
+    ``{"read": s}``), completed here. ``eta``: an :class:`~.eta.EtaOptions` adds the accuracy of
+    estimated start times (``report["eta"]``, a second pass: :mod:`.eta`)."""
     options = options or ReplayOptions()
     wall = dict(wall or {})
     t0 = time.perf_counter()
@@ -70,6 +72,12 @@ def replay_trace(
     wall["build"] = t1 - t0
     wall["simulate"] = t2 - t1
     wall["metrics"] = t3 - t2
+    if eta is not None:
+        from .eta import eta_report
+
+        report["eta"] = eta_report(trace, rc, sim, make_simulator, inventory=inventory, options=options,
+                                   eta=eta, source=source)
+        wall["eta"] = time.perf_counter() - t3
     wall["total"] = sum(v for k, v in wall.items() if k != "total")
     report["trace"] = {
         "source": source,

@@ -62,17 +62,41 @@ def summary_text(report: dict) -> str:
             f"{name[:24]:24} {st['nominalGpus']:>12,} {_pct(st['gpuUtilization']):>11} "
             f"{st['borrowedGpuHours']:>14,.0f} {st['preemptions']:>9,}\n"
         )
-    jain = ov["jainFairnessIndex"]
-    jw = ov["jainFairnessIndexWeighted"]
+    cf = ov.get("contendedFairness") or {}
+    jc = cf.get("jainIndexMean")
     out.write(
         f"\ncluster-wide GPU utilization {_pct(ov['gpuUtilization'])}, borrowed {ov['borrowedGpuHours']:,.0f} "
-        f"GPU-h, {ov['preemptions']:,} preemptions ({sim['lostGpuHoursToPreemption']:,.0f} GPU-h lost), "
-        f"Jain's index of dominant shares {('-' if jain is None else f'{jain:.3f}')} "
-        f"(quota-weighted {('-' if jw is None else f'{jw:.3f}')})\n"
+        f"GPU-h, {ov['preemptions']:,} preemptions ({sim['lostGpuHoursToPreemption']:,.0f} GPU-h lost, "
+        f"{_pct(ov.get('preemptionLossShare'))} of GPU-hours)\n"
+        f"fairness over contended time ({fmt_duration((cf.get('contendedHours') or 0) * 3600)} with work pending): "
+        f"Jain's index of allocation / fair share {('-' if jc is None else f'{jc:.3f}')} (time-weighted mean)\n"
     )
     wt = report["wallTimeS"]
     out.write(
         f"wall time {wt['total']:.2f} s (read {wt.get('read', 0):.2f}, simulate {wt['simulate']:.2f}, "
         f"metrics {wt['metrics']:.2f}); {sim['cycles']:,} scheduling cycles at {sim['instants']:,} instants\n"
     )
+    if report.get("eta"):
+        out.write(eta_text(report["eta"]))
+    return out.getvalue()
+
+
+def eta_text(eta: dict) -> str:
+    """The start-time estimates' accuracy (``report["eta"]``), one row per estimator."""
+    out = io.StringIO()
+    out.write(
+        f"\nestimated start times: {eta['jobsWaited']:,} jobs waited; every {eta['sampled']} sampled "
+        f"({eta['jobsSampled']:,}), estimated at submission (median wait {fmt_duration(eta['medianWaitSeconds'])})\n"
+        f"{'estimator':22} {'coverage':>9} {'median |err|':>13} {'p90 |err|':>10} {'within x2':>10}\n"
+    )
+
+    def row(name, b):
+        out.write(f"{name:22} {_pct(b['coverage']):>9} {fmt_duration(b['medianAbsErrorSeconds']):>13} "
+                  f"{fmt_duration(b['p90AbsErrorSeconds']):>10} {_pct(b['withinFactor2']):>10}\n")
+
+    row(f"model ({eta['runtimeModel']})", eta)
+    for name, b in eta["baselines"].items():
+        row(f"baseline {name}", b)
+    if eta.get("rangeCoverage") is not None:
+        out.write(f"actual start within the estimated range: {_pct(eta['rangeCoverage'])}\n")
     return out.getvalue()

@@ -1,0 +1,266 @@
+"""``replay --eta``: how good are the estimated start times? Measured on a trace.
+
+Two passes over the same deterministic simulation:
+
+1. The replay itself (``replay_trace``) says which jobs waited (first admission after their
+   submission) and when each started.
+2. The same simulation again, stopped at *estimate points*: the submission of every sampled
+   waiting job, and 25 %, 50 % and 75 % of its actual wait. At each point the estimator
+   (:func:`~jupyter_gpuqueue.engine.estimate.estimate_starts`) runs on the simulation's scheduler
+   — which it copies and never changes, so pass 2 decides exactly as pass 1 — for the jobs whose
+   point it is, with the chosen runtime model. In the same run, two baselines estimate the same
+   jobs at the same points:
+
+   * ``rate``: the job's position in its ClusterQueue (1-based) divided by the ClusterQueue's
+     recent admission rate, a moving average over the last ``rate_window`` seconds (1 h; 6 h, then
+     24 h, then everything before, when the window saw no admission): the approach of Kueue's
+     issue #13159 and the user story of KEP-168-2 (pending workloads visibility). No estimate when
+     the ClusterQueue never admitted anything yet.
+   * ``oracle``: the estimator with the true run times (``OracleRuntime``): what is left is the
+     error of not knowing the future arrivals (and the preemptions they cause).
+
+Runtime models (``--runtime-model``): ``history`` (default): per team (namespace) and GPU count,
+then per team, then all jobs, then declared (quantiles 25/50/75 %, at least 5 runs, the last 2,000
+per key; for a running job, the runs longer than it has run so far). It learns a job's run time
+when the job finishes in the simulation — only jobs finished before the estimate point, never the
+future. ``declared``: the trace declares no maximum run time, so every job is assumed to run
+``declared_seconds`` (24 h). ``oracle``: the true run times (then the model and the baseline
+agree).
+
+Sampling (``--eta-sample K``): every K-th waiting job, in submission order (1: all). Coverage and
+errors count the sampled jobs only; the block says ``"sampled": K``.
+
+The block, ``report["eta"]``::
+
+    {"runtimeModel", "sampled", "jobsWaited", "jobsSampled", "coverage", "medianAbsErrorSeconds",
+     "p90AbsErrorSeconds", "withinFactor2", "rangeCoverage", "medianWaitSeconds",
+     "byPoint": {"submission": {...}, "25%": {...}, "50%": {...}, "75%": {...}},
+     "baselines": {"rate": {...}, "oracle": {...}}, "errorsSeconds": {...}, "wallTimeS"}
+
+Top-level figures are those of the estimates made at submission. Error = |estimated start −
+actual start| (s). ``withinFactor2``: share of estimates whose estimated wait (from the estimate
+point) is within a factor 2 of the actual wait. ``rangeCoverage``: share of actual starts within
+[early, late] (the range is computed at submission only). ``coverage``: share of sampled
+waiting jobs with an estimate.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..engine.estimate import estimate_starts
+from ..engine.model import GPU, Inventory, Workload
+from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OracleRuntime, RuntimeModel
+from ..engine.simulator import Simulator
+from .metrics import percentile
+from .trace import ReplayConfig, TraceJob, build_jobs
+
+FRACTIONS = (0.25, 0.5, 0.75)
+POINTS = ("submission",) + tuple(f"{int(f * 100)}%" for f in FRACTIONS)
+DEFAULT_SAMPLE = 40
+RATE_WINDOWS = (3600.0, 6 * 3600.0, 24 * 3600.0)
+
+
+@dataclass
+class EtaOptions:
+    """``runtime_model``: history | declared | oracle; ``sample``: every K-th waiting job;
+    ``declared_seconds``: the declared run time when a job declares none; ``horizon``: the
+    estimator's horizon (s)."""
+
+    runtime_model: str = "history"
+    sample: int = DEFAULT_SAMPLE
+    declared_seconds: float = 24 * 3600.0
+    horizon: float = 365 * 86400.0
+    compress: bool = True
+    details: bool = False  # add every estimate to the block ("estimates": [...])
+
+
+def team_gpu_keys(wl: Workload) -> tuple:
+    """History keys of a replayed job: (team, GPUs), team, everything."""
+    gpus = wl.total_requests().get(GPU, 0)
+    return (("team-gpus", wl.namespace, gpus), ("team", wl.namespace), ("all",))
+
+
+def make_model(name: str, runtimes: dict[str, float], declared_seconds: float) -> RuntimeModel:
+    declared = DeclaredRuntime(declared_seconds)
+    if name == "declared":
+        return declared
+    if name == "oracle":
+        return OracleRuntime(runtimes, declared)
+    if name == "history":
+        return HistoryRuntime(team_gpu_keys, fallback=declared)
+    raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
+
+
+def _stats(errors: list[float], factor2: list[bool], n_jobs: int, covered: int) -> dict:
+    xs = sorted(errors)
+    return {
+        "estimates": len(xs),
+        "coverage": (covered / n_jobs) if n_jobs else None,
+        "medianAbsErrorSeconds": percentile(xs, 50),
+        "p90AbsErrorSeconds": percentile(xs, 90),
+        "withinFactor2": (sum(factor2) / len(factor2)) if factor2 else None,
+    }
+
+
+class _Tally:
+    def __init__(self):
+        self.errors = {p: [] for p in POINTS}
+        self.factor2 = {p: [] for p in POINTS}
+        self.covered = {p: 0 for p in POINTS}
+        self.in_range = {p: [] for p in POINTS}
+
+    def add(self, point: str, t: float, est: Optional[float], actual: float, rng=None) -> None:
+        if est is None:
+            return
+        self.covered[point] += 1
+        self.errors[point].append(abs(est - actual))
+        act_wait, est_wait = actual - t, est - t
+        self.factor2[point].append(act_wait / 2 <= est_wait <= act_wait * 2 if act_wait > 0 else est_wait <= 0)
+        if rng is not None:
+            lo, hi = rng
+            self.in_range[point].append(lo is not None and lo <= actual and (hi is None or actual <= hi))
+
+    def block(self, n_jobs: int) -> dict:
+        out = _stats(self.errors["submission"], self.factor2["submission"], n_jobs, self.covered["submission"])
+        if self.in_range["submission"]:
+            out["rangeCoverage"] = sum(self.in_range["submission"]) / len(self.in_range["submission"])
+        out["byPoint"] = {p: _stats(self.errors[p], self.factor2[p], n_jobs, self.covered[p]) for p in POINTS}
+        return out
+
+
+def eta_report(
+    trace: list[TraceJob],
+    rc: ReplayConfig,
+    first: Simulator,
+    make_simulator,
+    *,
+    inventory: Optional[Inventory] = None,
+    options,
+    eta: EtaOptions,
+    source: str = "<trace>",
+) -> dict:
+    """Pass 2 (see the module docstring) after ``first``, the finished replay. ``make_simulator``:
+    ``(config, inventory, options) -> Simulator`` as pass 1 built it."""
+    t0 = time.perf_counter()
+    K = max(1, int(eta.sample))
+    waited = sorted((j for j in first.jobs.values()
+                     if j.first_admit_time is not None and j.first_admit_time > j.submit_time),
+                    key=lambda j: (j.submit_time, j.key))
+    never_admitted = [j for j in first.jobs.values() if j.first_admit_time is None]
+    sampled = waited[::K]
+    actual = {j.key: j.first_admit_time for j in sampled}
+    # Estimate points: (time, order, key, point name)
+    points: list[tuple[float, int, str, str]] = []
+    for j in sampled:
+        wait = j.first_admit_time - j.submit_time
+        points.append((j.submit_time, 0, j.key, "submission"))
+        for i, f in enumerate(FRACTIONS):
+            points.append((j.submit_time + f * wait, i + 1, j.key, POINTS[i + 1]))
+    points.sort()
+    # What pass 1 knows and the estimate points may use only up to their time: finished runs
+    # (history), admissions per ClusterQueue (rate baseline).
+    finished = sorted((j.finish_time, j.key) for j in first.jobs.values() if j.finish_time is not None)
+    admissions: dict[str, list[float]] = {}
+    for j in first.jobs.values():
+        for run in j.runs:
+            admissions.setdefault(run.cluster_queue, []).append(run.start)
+    for v in admissions.values():
+        v.sort()
+    runtimes = {j.key: j.run_time for j in first.jobs.values()}
+
+    jobs = build_jobs(trace, rc, max_gpus_per_pod=options.max_gpus_per_pod, source=source)
+    sim = make_simulator(rc.config, inventory, options)
+    sim.add_jobs(jobs)
+    sched = sim.scheduler
+    model = make_model(eta.runtime_model, runtimes, eta.declared_seconds)
+    oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
+    learn = isinstance(model, HistoryRuntime)
+    fed = 0
+    ours, rate, orc = _Tally(), _Tally(), _Tally()
+    details = []
+    t_est = t_oracle = 0.0
+    i = 0
+    while i < len(points):
+        t = points[i][0]
+        group = []
+        while i < len(points) and points[i][0] == t:
+            group.append(points[i])
+            i += 1
+        sim.run(until=t)
+        if learn:
+            while fed < len(finished) and finished[fed][0] <= t:
+                key = finished[fed][1]
+                model.observe(sim.jobs[key].workload, runtimes[key])
+                fed += 1
+        keys = [g[2] for g in group if g[2] in sched.workloads and g[2] not in sched.admitted]
+        a = time.perf_counter()
+        # The range (two more forward runs) only where it is scored: at submission.
+        ranges = any(g[3] == "submission" for g in group)
+        est = estimate_starts(sched, t, model, keys=keys, horizon=eta.horizon, compress=eta.compress,
+                              ranges=ranges)
+        b = time.perf_counter()
+        if eta.runtime_model == "oracle":
+            est_o = est
+        else:
+            est_o = estimate_starts(sched, t, oracle, keys=keys, horizon=eta.horizon, ranges=False,
+                                    compress=eta.compress)
+        c = time.perf_counter()
+        t_est += b - a
+        t_oracle += c - b
+        for _, _, key, point in group:
+            act = actual[key]
+            e = est.get(key)
+            ours.add(point, t, e.start_at if e else None, act, (e.early, e.late) if e else None)
+            eo = est_o.get(key)
+            orc.add(point, t, eo.start_at if eo else None, act)
+            r_est = _rate_estimate(sched, key, t, admissions)
+            rate.add(point, t, r_est, act)
+            if eta.details:
+                details.append({"key": key, "point": point, "t": t, "actual": act,
+                                "model": e.start_at if e else None, "early": e.early if e else None,
+                                "late": e.late if e else None, "oracle": eo.start_at if eo else None,
+                                "rate": r_est})
+    n = len(sampled)
+    block = {"runtimeModel": eta.runtime_model, "sampled": K, "jobsWaited": len(waited),
+             "jobsNeverAdmitted": len(never_admitted), "jobsSampled": n}
+    block |= ours.block(n)
+    waits = sorted(j.first_admit_time - j.submit_time for j in sampled)
+    block["medianWaitSeconds"] = percentile(waits, 50)
+    block["meanWaitSeconds"] = (sum(waits) / len(waits)) if waits else None
+    block["baselines"] = {"rate": rate.block(n), "oracle": orc.block(n)}
+    block["baselines"]["rate"]["windowSeconds"] = RATE_WINDOWS[0]
+    block["errorsSeconds"] = {
+        "model": [round(x, 1) for x in ours.errors["submission"]],
+        "rate": [round(x, 1) for x in rate.errors["submission"]],
+        "oracle": [round(x, 1) for x in orc.errors["submission"]],
+    }
+    if eta.details:
+        block["estimates"] = details
+    block["wallTimeS"] = {"total": round(time.perf_counter() - t0, 3), "estimator": round(t_est, 3),
+                          "oracle": round(t_oracle, 3), "estimatePoints": len({p[0] for p in points})}
+    return block
+
+
+def _rate_estimate(sched, key: str, t: float, admissions: dict[str, list[float]]) -> Optional[float]:
+    """Position (1-based) / the ClusterQueue's recent admission rate (moving average)."""
+    pos = sched.position(key)
+    wl = sched.workloads.get(key)
+    if pos is None or wl is None:
+        return None
+    cq = sched.cluster_queue_name(wl)
+    times = admissions.get(cq, [])
+    hi = bisect.bisect_left(times, t)  # admissions strictly before t
+    for w in RATE_WINDOWS + (None,):
+        lo = 0 if w is None else bisect.bisect_left(times, t - w)
+        n = hi - lo
+        if n > 0:
+            span = w if w is not None else max(t - times[0], 1.0)
+            return t + (pos[0] + 1) / (n / span)
+    return None
+
+
+__all__ = ["DEFAULT_SAMPLE", "EtaOptions", "FRACTIONS", "POINTS", "eta_report", "make_model", "team_gpu_keys"]
