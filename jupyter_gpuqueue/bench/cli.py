@@ -92,7 +92,12 @@ def add_bench_parser(sub, server_parent) -> None:
                    help="GPUs per node (80: quota for every workload at once)")
     k.add_argument("--batch", type=positive_int, default=50, help="submissions per batch (50)")
     k.add_argument("--clients", type=positive_int, default=4, help="concurrent submitters (4)")
+    k.add_argument("--backlog", action="store_true",
+                   help="queue every workload behind a held ClusterQueue (stopPolicy: Hold), then release it "
+                   "(an admin change) and time the admissions from there")
     k.add_argument("--command", dest="job_command", default="sleep 1", help="the jobs' command ('sleep 1')")
+    k.add_argument("--start-concurrency", type=positive_int, default=8,
+                   help="Jobs created at a time by the backend's workers (8, kube_start_concurrency's default)")
     k.add_argument("--kube-api-qps", type=positive_int, default=500,
                    help="client QPS of the controller-manager and scheduler (500; upstream default 20)")
     k.add_argument("--keep", action="store_true", help="keep the cluster's folder (logs)")
@@ -138,7 +143,7 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
             print(f"bench k8s: no Kubernetes control plane: {reason}", file=err)
             return 2
         r = run_k8s_bench(args.n, nodes=args.nodes, gpus_per_node=args.gpus_per_node, batch=args.batch,
-                          clients=args.clients,
+                          clients=args.clients, backlog=args.backlog, start_concurrency=args.start_concurrency,
                           command=shlex.split(args.job_command), kube_api_qps=args.kube_api_qps, keep=args.keep)
         print(format_k8s(r), file=out)
         _write_json(args, r, out)
