@@ -327,3 +327,18 @@ def test_pods_that_cannot_start_are_shown_while_admitted(queue, control_plane):
     assert rec(svc, "squeezed")["state"] == rec(svc, "pulling")["state"] == "Admitted"
     control_plane.kube.delete(f"/api/v1/namespaces/{queue.ns}/pods/h100-hog")
     wait_for(state_is(svc, "squeezed", SUCCEEDED), step=svc.tick)
+
+
+def test_maximum_run_time_ends_the_job_and_its_pod(queue):
+    """maxRuntimeSeconds: the Job's activeDeadlineSeconds (the Job controller) and the queue's own
+    limit both end a job that runs too long; whichever comes first, the Pod is gone and the
+    workload failed, saying why."""
+    svc = queue.service()
+    svc.submit({"name": "overrun", "command": [PY, "-c", "import time; time.sleep(600)"], "gpus": 1,
+                "maxRuntimeSeconds": 3}, user="alice")
+    wait_for(state_is(svc, "overrun", RUNNING), step=svc.tick)
+    wait_for(state_is(svc, "overrun", FAILED), step=svc.tick, timeout=60)
+    done = rec(svc, "overrun")
+    assert done["reason"] == "MaximumExecutionTimeExceeded" or "DeadlineExceeded" in (done["message"] or "")
+    wait_for(lambda: not [p for p in queue.pods("overrun") if p["status"].get("phase") == "Running"],
+             what="no Pod of it running")
