@@ -22,9 +22,21 @@ How
    from there. The first admission of a pending workload is its estimated start.
 4. The whole queue is estimated by *one* forward run (not one per workload); it stops as soon as
    every workload asked for has started or cannot start, or at ``now + horizon``.
-5. The range: the same run with every run time at the model's low quantile gives ``early``, at its
-   high quantile ``late`` (``ranges=False`` skips both). Queueing is not monotone in run times
-   (a shorter job can let a larger one in first), so the bounds are widened to contain
+5. ``exact_per_queue=N`` bounds the cost on deep queues: only the first N workloads (in queue
+   order) of each ClusterQueue are simulated; each one behind them starts, by extrapolation, the
+   head's last start plus its distance from it times the head's simulated seconds per admission
+   (early: half that pace, late: twice; ``extrapolated`` is set). Default None: everything is
+   simulated.
+6. Run times. A model with a distribution (``quantile``, :class:`.runtime_model.QuantileModel`,
+   e.g. ``HistoryRuntime``) gives each workload the run time at *its own* quantile u, fixed by
+   a hash of its key (``sampled=True``, the default): the running workloads then end spread as
+   the model's distribution says, so the queue drains at the rate it predicts — one point per
+   workload (all at the median, or all at the mean) makes them end together and drains a
+   heavy-tailed mix far too fast or too slow. u is the same at every recomputation, so an
+   estimate does not jump between two of them. The range: two more runs with two other draws of
+   u; ``early`` / ``late`` = the earliest / latest of the three starts (``ranges=False`` skips
+   them). Without ``quantile`` (or ``sampled=False``): the point, low and high of
+   ``predict``. Queueing is not monotone in run times, so the bounds are widened to contain
    ``start_at``.
 
 Holds and reasons (no estimate: ``start_at`` None, ``reason`` set)
@@ -87,7 +99,9 @@ class WaitingFor:
 class Estimate:
     """``start_at``: estimated admission (s); ``early`` / ``late``: the range; ``waiting_for``:
     a few workloads whose end it waits for. No estimate: ``start_at`` None, ``reason`` (and
-    ``message``) say why; ``held_until``: a budget hold's end, when one delays it."""
+    ``message``) say why; ``held_until``: a budget hold's end, when one delays it; ``cq``: the
+    ClusterQueue it is admitted into in the simulation; ``extrapolated``: beyond the simulated head
+    of its queue (``exact_per_queue``)."""
 
     start_at: Optional[float] = None
     early: Optional[float] = None
@@ -96,6 +110,8 @@ class Estimate:
     reason: Optional[str] = None
     message: str = ""
     held_until: Optional[float] = None
+    cq: Optional[str] = None
+    extrapolated: bool = False
 
 
 @dataclass(slots=True)
@@ -105,6 +121,7 @@ class _Run:
     ends: dict[str, float]
     reasons: dict[str, tuple[str, str]]
     stopped: Optional[str]  # None, "horizon" or "livelock"
+    cqs: dict[str, str]
 
 
 def _pending_keys(state: Scheduler) -> list[str]:
@@ -124,6 +141,7 @@ def estimate_starts(
     max_waiting_for: int = 3,
     compress: bool = True,
     sampled: bool = True,
+    exact_per_queue: Optional[int] = None,
 ) -> dict[str, Estimate]:
     """Estimate when each pending workload of ``state`` starts (see the module docstring).
 
@@ -131,7 +149,8 @@ def estimate_starts(
     ``runtime_model``: see :mod:`.runtime_model`. ``horizon``: seconds of simulated time after which
     the simulation stops. ``holds``: key → reset time or None (never). ``deadlines``: key → time by
     which that admitted workload stops. ``keys``: estimate only these (default: every pending
-    workload); the simulation stops once they have all started. ``ranges``: also run the low and
+    workload); the simulation stops once they have all started. ``exact_per_queue``: simulate
+    only the first N of each ClusterQueue, extrapolate the rest (module docstring, 5). ``ranges``: also run the low and
     high quantiles for ``early`` / ``late``. ``compress``: skip the walk over queued workloads of a
     shape that does not fit (``_Forward``; False: Kueue's walk, cycle for cycle, slower on deep
     queues). Returns key → :class:`Estimate`."""
@@ -156,7 +175,10 @@ def estimate_starts(
                 out[k] = Estimate(held_until=max(float(holds[k]), now))
     if not todo:
         return out
-    preds = _predictions(state, now, runtime_model, sampled)
+    tail: dict[str, list[str]] = {}
+    if exact_per_queue is not None:
+        todo, tail = _split_head(state, todo, max(1, int(exact_per_queue)))
+    preds = _Predictions(state, now, runtime_model, sampled)
     end_time = now + horizon if horizon is not None and math.isfinite(horizon) else math.inf
     point = _forward(state, now, preds, _POINT, holds, deadlines, todo, end_time, max_waiting_for, compress)
     low = high = None
@@ -178,6 +200,7 @@ def estimate_starts(
                 e.message = f"not within {_human(horizon)}"
             continue
         e.start_at = t
+        e.cq = point.cqs.get(k)
         e.waiting_for = point.waits.get(k, ())
         if ranges:
             lo, hi = low.starts.get(k), high.starts.get(k)
@@ -185,7 +208,57 @@ def estimate_starts(
             e.late = None if lo is None or hi is None else max(t, lo, hi)  # None: beyond the horizon
         else:
             e.early = e.late = t
+    if tail:
+        _extrapolate(out, tail, now)
     return out
+
+
+def _split_head(state: Scheduler, todo: set[str], n: int) -> tuple[set[str], dict[str, list[str]]]:
+    """The first ``n`` of ``todo`` in each ClusterQueue's order (simulated), and per ClusterQueue
+    the rest of ``todo`` in queue order (extrapolated)."""
+    head: set[str] = set()
+    tail: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for name, q in state.queues.items():
+        count = 0
+        rest: list[str] = []
+        for k in q.ordered_keys():
+            if k not in todo:
+                continue
+            seen.add(k)
+            if count < n:
+                head.add(k)
+                count += 1
+            else:
+                rest.append(k)
+        if rest:
+            tail[name] = rest
+    head |= todo - seen  # not in any queue (e.g. held): simulated
+    return head, tail
+
+
+def _extrapolate(out: dict[str, Estimate], tail: dict[str, list[str]], now: float) -> None:
+    """Workloads beyond the simulated head of their ClusterQueue: the head's last start plus
+    their distance from it over the head's simulated admission rate (the same for the range)."""
+    for cq, keys in tail.items():
+        starts = sorted(e.start_at for k, e in out.items()
+                        if e.start_at is not None and e.cq == cq and not e.extrapolated)
+        if not starts:
+            for k in keys:
+                out[k] = Estimate(reason=REASON_NOT_WITHIN_HORIZON, message="nothing ahead of it started "
+                                  "within the horizon", extrapolated=True)
+            continue
+        span = max(starts[-1] - now, 1.0)
+        per = span / len(starts)  # seconds per admission in this ClusterQueue
+        last = [e for k, e in out.items() if e.cq == cq and e.start_at == starts[-1] and not e.extrapolated][0]
+        for i, k in enumerate(keys, start=1):
+            out[k] = Estimate(
+                start_at=starts[-1] + i * per,
+                early=(last.early if last.early is not None else starts[-1]) + i * per * 0.5,
+                late=None if last.late is None else last.late + i * per * 2.0,
+                reason=None, message="extrapolated from the simulated admissions ahead of it",
+                cq=cq, extrapolated=True,
+            )
 
 
 def _human(seconds: float) -> str:
@@ -203,31 +276,40 @@ def _unit(seed: int, key: str) -> float:
     return (zlib.crc32(f"{seed}/{key}".encode()) + 0.5) / 4294967296.0
 
 
-def _predictions(state: Scheduler, now: float, model: RuntimeModel, sampled: bool) -> dict[str, tuple]:
-    """Run times of every workload for the three forward runs (point, then the two that bound the
-    range): admitted ones conditioned on their elapsed time, pending ones from zero."""
-    out: dict[str, tuple] = {}
-    admit_time = state.admit_time
-    admitted = state.admitted
-    quantile = getattr(model, "quantile", None) if sampled else None
-    for k, wl in state.workloads.items():
+class _Predictions:
+    """Run times for the three forward runs (point, then the two that bound the range), computed
+    when a run first needs a workload's: admitted ones conditioned on their elapsed time, pending
+    ones from zero. Shared by the three runs."""
+
+    def __init__(self, state: Scheduler, now: float, model: RuntimeModel, sampled: bool):
+        self.state, self.now, self.model = state, now, model
+        self.quantile = getattr(model, "quantile", None) if sampled else None
+        self.cache: dict[str, tuple] = {}
+
+    def __getitem__(self, k: str) -> tuple:
+        hit = self.cache.get(k)
+        if hit is not None:
+            return hit
+        state = self.state
+        wl = state.workloads[k]
         elapsed = 0.0
-        if k in admitted:
-            start = admit_time.get(k)
-            elapsed = max(0.0, now - start) if start is not None else 0.0
-        if quantile is not None:
-            out[k] = (quantile(wl, elapsed, _unit(0, k)), quantile(wl, elapsed, _unit(1, k)),
-                      quantile(wl, elapsed, _unit(2, k)))
+        if k in state.admitted:
+            start = state.admit_time.get(k)
+            elapsed = max(0.0, self.now - start) if start is not None else 0.0
+        q = self.quantile
+        if q is not None:
+            out = (q(wl, elapsed, _unit(0, k)), q(wl, elapsed, _unit(1, k)), q(wl, elapsed, _unit(2, k)))
         else:
-            p = model.predict(wl, elapsed)
-            out[k] = (p.point, p.low, p.high)
-    return out
+            p = self.model.predict(wl, elapsed)
+            out = (p.point, p.low, p.high)
+        self.cache[k] = out
+        return out
 
 
 def _forward(
     base: Scheduler,
     now: float,
-    preds: Mapping[str, tuple],
+    preds: _Predictions,
     which: int,
     holds: Mapping[str, Optional[float]],
     deadlines: Mapping[str, float],
@@ -365,6 +447,7 @@ class _Forward:
     def run(self, todo: set[str], end_time: float) -> _Run:
         s, events, now = self.s, self.events, self.now
         starts: dict[str, float] = {}
+        cqs: dict[str, str] = {}
         waits: dict[str, tuple[WaitingFor, ...]] = {}
         running_now = self.base.admitted
         workloads, admitted = s.workloads, s.admitted
@@ -411,6 +494,7 @@ class _Forward:
                     if key in left:
                         left.discard(key)
                         starts[key] = t
+                        cqs[key] = wl.admission.cluster_queue
                         if self.max_waiting_for and t > now:
                             waits[key] = _waiting_for(key, wl.admission.cluster_queue, t, self.batch,
                                                       self.releases, s._root_of, running_now,
@@ -449,7 +533,7 @@ class _Forward:
                 r = self.never(k) or self.never_of.get(k) or s.pending_reason.get(k)
                 if r is not None:
                     reasons[k] = r
-        return _Run(starts, waits, self.ends, reasons, stopped)
+        return _Run(starts, waits, self.ends, reasons, stopped, cqs)
 
 
 def _waiting_for(key, cq, t, batch, releases, root_of, running_now, limit) -> tuple[WaitingFor, ...]:

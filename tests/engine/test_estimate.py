@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -234,3 +235,19 @@ def test_oracle_without_arrivals_matches_the_simulation(data):
         if est[k].reason == "PreemptionLivelock":
             continue
         assert est[k].start_at == first_after, (k, est[k], j.runs)
+
+
+def test_exact_per_queue_extrapolates_the_tail():
+    s = sched_of(make_cq("a", [("a100", 1)]))
+    run_at(s, 0.0, wl("a", "r", 1, t=0))
+    run_at(s, 1.0, *[wl("a", f"p{i}", 1, t=1 + i) for i in range(10)])
+    m = DeclaredRuntime(100.0)
+    full = estimate_starts(s, 1.0, m, ranges=False)
+    part = estimate_starts(s, 1.0, m, ranges=False, exact_per_queue=3)
+    for i in range(3):
+        assert part[key("a", f"p{i}")].start_at == full[key("a", f"p{i}")].start_at
+        assert not part[key("a", f"p{i}")].extrapolated
+    # 100 s per admission in the head: the tail keeps that pace
+    for i in range(3, 10):
+        e = part[key("a", f"p{i}")]
+        assert e.extrapolated and e.start_at == pytest.approx(full[key("a", f"p{i}")].start_at, rel=0.01)
