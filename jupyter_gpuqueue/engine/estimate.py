@@ -239,24 +239,28 @@ def _split_head(state: Scheduler, todo: set[str], n: int) -> tuple[set[str], dic
 
 def _extrapolate(out: dict[str, Estimate], tail: dict[str, list[str]], now: float) -> None:
     """Workloads beyond the simulated head of their ClusterQueue: the head's last start plus
-    their distance from it over the head's simulated admission rate (the same for the range)."""
+    their distance from it times the head's simulated seconds per admission (early: half, late:
+    twice that pace)."""
+    heads: dict[str, list[Estimate]] = {}
+    for e in out.values():
+        if e.start_at is not None and e.cq is not None and not e.extrapolated:
+            heads.setdefault(e.cq, []).append(e)
     for cq, keys in tail.items():
-        starts = sorted(e.start_at for k, e in out.items()
-                        if e.start_at is not None and e.cq == cq and not e.extrapolated)
-        if not starts:
+        done = heads.get(cq)
+        if not done:
             for k in keys:
                 out[k] = Estimate(reason=REASON_NOT_WITHIN_HORIZON, message="nothing ahead of it started "
                                   "within the horizon", extrapolated=True)
             continue
-        span = max(starts[-1] - now, 1.0)
-        per = span / len(starts)  # seconds per admission in this ClusterQueue
-        last = [e for k, e in out.items() if e.cq == cq and e.start_at == starts[-1] and not e.extrapolated][0]
+        last = max(done, key=lambda e: e.start_at)
+        per = max(last.start_at - now, 1.0) / len(done)  # seconds per admission in this ClusterQueue
+        early0 = last.early if last.early is not None else last.start_at
         for i, k in enumerate(keys, start=1):
             out[k] = Estimate(
-                start_at=starts[-1] + i * per,
-                early=(last.early if last.early is not None else starts[-1]) + i * per * 0.5,
+                start_at=last.start_at + i * per,
+                early=early0 + i * per * 0.5,
                 late=None if last.late is None else last.late + i * per * 2.0,
-                reason=None, message="extrapolated from the simulated admissions ahead of it",
+                message="extrapolated from the simulated admissions ahead of it",
                 cq=cq, extrapolated=True,
             )
 
@@ -346,7 +350,9 @@ class _Forward:
         self.which = which
         self.deadlines = deadlines
         self.max_waiting_for = max_waiting_for
-        s = self.s = snapshot(base, positions=False)
+        # Pending workloads are copied only when they enter a queue (``_compress``,
+        # ``_next_of_group``): a deep queue holds only a few of them at a time.
+        s = self.s = snapshot(base, positions=False, copy_pending=not compress)
         self.batch = max(0.0, s.options.requeue_batch_seconds)
         self.events: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, key, token)
         self.seq = 0
@@ -381,6 +387,11 @@ class _Forward:
         heapq.heapify(self.events)
         if compress:
             self._compress()
+            wls = s.workloads
+            for q in s.queues.values():
+                for k in q.keys:
+                    if wls[k] is base.workloads.get(k):
+                        wls[k] = copy_workload(wls[k])
 
     def runtime(self, key: str) -> float:
         wl = self.s.workloads[key]
@@ -435,6 +446,8 @@ class _Forward:
         if rest:
             nxt = rest.popleft()
             wl = self.s.workloads[nxt]
+            if wl is self.base.workloads.get(nxt):
+                wl = self.s.workloads[nxt] = copy_workload(wl)
             self.s.queues[gk[0]].push(wl, f"{wl.namespace}/{wl.queue_name}")
 
     def never(self, key: str) -> Optional[tuple[str, str]]:

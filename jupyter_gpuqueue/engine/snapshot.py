@@ -66,13 +66,19 @@ def _copy_queue(q: ClusterQueueQueue, positions: bool) -> ClusterQueueQueue:
     return new
 
 
-def snapshot(sched: Scheduler, *, positions: bool = True) -> Scheduler:
+def snapshot(sched: Scheduler, *, positions: bool = True, copy_pending: bool = True) -> Scheduler:
     """A copy of ``sched`` that can be scheduled forward independently (see the module
-    docstring). ``sched`` is only read."""
+    docstring). ``sched`` is only read. ``copy_pending=False`` shares the pending Workload objects
+    with ``sched``: the caller must replace each one with :func:`copy_workload` before a cycle can
+    admit it (the estimator does, for the few it keeps in the queues)."""
     new = Scheduler.__new__(Scheduler)
     new.options = dataclasses.replace(sched.options)
     new.inventory = sched.inventory
-    new.workloads = {k: copy_workload(wl) for k, wl in sched.workloads.items()}
+    if copy_pending:
+        new.workloads = {k: copy_workload(wl) for k, wl in sched.workloads.items()}
+    else:
+        admitted = sched.admitted
+        new.workloads = {k: (copy_workload(wl) if k in admitted else wl) for k, wl in sched.workloads.items()}
     wls = new.workloads
     new.admitted = {k: wls[k] for k in sched.admitted}
     new.pending_reason = dict(sched.pending_reason)
