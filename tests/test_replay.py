@@ -431,8 +431,9 @@ def test_cli_replay_eta(tmp_path):
     (tmp_path / "t.csv").write_text(HEADER + ETA_TRACE)
     (tmp_path / "q.yaml").write_text(CONFIG)
     code, out, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"), "--eta",
-                           "--runtime-model", "declared", "--eta-sample", "2"])
+                           "--runtime-model", "declared", "--eta-sample", "2", "--eta-plot", str(tmp_path / "e.svg")])
     assert code == 0, err
+    assert (tmp_path / "e.svg").read_text().startswith("<svg")
     b = json.loads(out)["eta"]
     assert b["runtimeModel"] == "declared" and b["sampled"] == 2
     assert "estimated start times" in err and "baseline rate" in err

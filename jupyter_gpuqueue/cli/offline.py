@@ -83,6 +83,14 @@ def cmd_replay(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
             print(f"{PROG} replay: simulation stopped: {e}", file=err)
             return 1
         text = rp.summary_text(report)
+        if args.eta_plot:
+            if "eta" not in report:
+                raise UsageError("--eta-plot needs --eta", field="eta-plot")
+            try:
+                with open(args.eta_plot, "w", encoding="utf-8") as f:
+                    f.write(rp.eta_plot_svg(report["eta"]))
+            except OSError as e:
+                raise UsageError(f"cannot write {args.eta_plot}: {e.strerror or e}", field="eta-plot") from None
         if args.plot:
             try:
                 with open(args.plot, "w", encoding="utf-8") as f:
@@ -192,6 +200,8 @@ def _add_replay(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
                    help="run times the estimator assumes (with --eta; default history: per team and GPU count)")
     p.add_argument("--eta-sample", type=positive_int, metavar="K",
                    help="with --eta: estimate every K-th waiting job (default 40; 1: all)")
+    p.add_argument("--eta-plot", metavar="FILE.svg",
+                   help="with --eta: write an SVG of the estimates' error distribution")
     p.add_argument("-q", "--quiet", action="store_true", help="no human summary")
 
 

@@ -116,6 +116,7 @@ from .summary import (  # noqa: F401
     summary_text,
 )
 from .plot import (  # noqa: F401
+    eta_plot_svg,
     plot_svg,
 )
 from .eta import (  # noqa: F401

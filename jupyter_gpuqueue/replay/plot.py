@@ -141,3 +141,71 @@ __all__ = [
     "summary_text",
     "trace_metrics",
 ]
+
+
+def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
+    """An SVG of the estimates' error distribution (``report["eta"]``): for the model and each
+    baseline, the share of estimates made at submission whose absolute error is at most x, x on
+    a log scale from 1 minute to 10 days."""
+    series = [("model (" + eta.get("runtimeModel", "?") + ")", eta["errorsSeconds"]["model"], "#1f77b4", ""),
+              ("rate baseline", eta["errorsSeconds"]["rate"], "#d62728", "6,4"),
+              ("oracle baseline", eta["errorsSeconds"]["oracle"], "#2ca02c", "2,3")]
+    ml, mr, mt, mb = 70, 200, 40, 50
+    pw, ph = width - ml - mr, height - mt - mb
+    lo, hi = math.log10(60.0), math.log10(10 * 86400.0)
+
+    def px(x: float) -> float:
+        v = math.log10(max(x, 60.0))
+        return ml + pw * (min(v, hi) - lo) / (hi - lo)
+
+    def py(f: float) -> float:
+        return mt + ph - ph * f
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{ml}" y="20" font-size="14">Estimated start times: absolute error of the estimates '
+           f'made at submission ({eta.get("jobsSampled", 0):,} waiting jobs, every {eta.get("sampled", 1)})</text>']
+    for f in (0, 0.25, 0.5, 0.75, 1.0):
+        y = py(f)
+        out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{ml - 8}" y="{y + 4:.1f}" text-anchor="end">{int(f * 100)}%</text>')
+    for secs, label in ((60, "1 min"), (600, "10 min"), (3600, "1 h"), (6 * 3600, "6 h"), (86400, "1 d"),
+                        (10 * 86400, "10 d")):
+        x = px(secs)
+        out.append(f'<line x1="{x:.1f}" y1="{mt}" x2="{x:.1f}" y2="{mt + ph}" stroke="#ddd"/>')
+        out.append(f'<text x="{x:.1f}" y="{mt + ph + 18}" text-anchor="middle">{label}</text>')
+    out.append(f'<text x="{ml + pw / 2}" y="{height - 10}" text-anchor="middle">|estimated start − actual start| '
+               f'(≤ 1 min at the left edge)</text>')
+    out.append(f'<text x="16" y="{mt + ph / 2}" transform="rotate(-90 16 {mt + ph / 2})" '
+               f'text-anchor="middle">share of estimates</text>')
+    for i, (name, errs, color, dash) in enumerate(series):
+        xs = sorted(errs)
+        n = len(xs)
+        if n:
+            pts = [f"{px(60):.1f},{py(0):.1f}"]
+            for j, e in enumerate(xs):
+                pts.append(f"{px(e):.1f},{py(j / n):.1f}")
+                pts.append(f"{px(e):.1f},{py((j + 1) / n):.1f}")
+            pts.append(f"{ml + pw:.1f},{py(1.0):.1f}")
+            d = f' stroke-dasharray="{dash}"' if dash else ""
+            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2"{d} points="{" ".join(pts)}"/>')
+        med = percentile_of(xs, 50)
+        y = mt + 20 + 22 * i
+        out.append(f'<line x1="{ml + pw + 14}" y1="{y}" x2="{ml + pw + 40}" y2="{y}" stroke="{color}" '
+                   f'stroke-width="2"{(" stroke-dasharray=" + chr(34) + dash + chr(34)) if dash else ""}/>')
+        out.append(f'<text x="{ml + pw + 46}" y="{y + 4}">{name}</text>')
+        out.append(f'<text x="{ml + pw + 46}" y="{y + 17}" fill="#555" font-size="10">median '
+                   f'{fmt_duration(med)}</text>')
+    out.append(f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def percentile_of(sorted_xs: list, p: float):
+    if not sorted_xs:
+        return None
+    pos = (len(sorted_xs) - 1) * p / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
