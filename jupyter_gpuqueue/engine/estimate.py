@@ -289,6 +289,11 @@ class _Predictions:
         self.state, self.now, self.model = state, now, model
         self.quantile = getattr(model, "quantile", None) if sampled else None
         self.cache: dict[str, tuple] = {}
+        set_running = getattr(model, "set_running", None)
+        if set_running is not None:  # running workloads: censored observations of run times
+            at = state.admit_time
+            set_running([(state.workloads[k], max(0.0, now - at[k]) if at.get(k) is not None else 0.0)
+                         for k in state.admitted])
 
     def __getitem__(self, k: str) -> tuple:
         hit = self.cache.get(k)

@@ -33,8 +33,10 @@ The models
   ``elapsed`` (the distribution conditioned on having run that long), which is what makes a
   heavy-tailed workload mix predictable: a job that has already run 5 hours is not expected to
   end at the median of all jobs. Each key keeps its last ``window`` run times. A running workload
-  that has outrun every key's history and the fallback is assumed to run as long again
-  (:func:`outrun`), not to end now.
+  that has outrun every key's history is assumed to run as long again (:func:`outrun`), not to
+  end now. ``set_running`` (the estimator calls it) adds the running workloads as censored
+  observations: ``quantile`` then reads the Kaplan-Meier estimate, which corrects the bias of a
+  history of finished runs towards the short ones (long runs are still running).
 """
 
 from __future__ import annotations
@@ -189,14 +191,42 @@ def _quantile(xs: list[float], q: float, start: int = 0) -> float:
 
 
 class _Samples:
-    __slots__ = ("order", "sorted", "cache", "sums")
+    __slots__ = ("order", "sorted", "cache", "sums", "censored", "km")
 
     def __init__(self):
         self.order: deque = deque()
         self.sorted: list[float] = []
         self.cache: Optional[Prediction] = None
         self.sums: Optional[list[float]] = None  # suffix sums of ``sorted``, built when needed
+        self.censored: list[float] = []  # elapsed times of running workloads (sorted)
+        self.km: Optional[tuple[list[float], list[float]]] = None  # Kaplan-Meier: times, survival
 
+    def kaplan_meier(self) -> tuple[list[float], list[float]]:
+        """The Kaplan-Meier survival curve of the run times, the running workloads counted as
+        censored at their elapsed time: (event times ascending, S just after each)."""
+        if self.km is None:
+            xs, cs = self.sorted, self.censored
+            n = len(xs) + len(cs)
+            times: list[float] = []
+            surv: list[float] = []
+            S = 1.0
+            i = j = 0
+            while i < len(xs):
+                t = xs[i]
+                while j < len(cs) and cs[j] < t:  # censored before t: no longer at risk
+                    n -= 1
+                    j += 1
+                d = 0
+                while i < len(xs) and xs[i] == t:
+                    d += 1
+                    i += 1
+                if n > 0:
+                    S *= 1.0 - d / n
+                n -= d
+                times.append(t)
+                surv.append(S)
+            self.km = (times, surv)
+        return self.km
     def tail_mean(self, start: int) -> float:
         if self.sums is None:
             sums = list(itertools.accumulate(reversed(self.sorted)))
@@ -257,6 +287,23 @@ class HistoryRuntime:
                 del s.sorted[bisect.bisect_left(s.sorted, old)]
             s.cache = None
             s.sums = None
+            s.km = None
+
+    def set_running(self, running: Iterable[tuple[Workload, float]]) -> None:
+        """The workloads running now and how long each has run: censored observations (they run
+        at least that long), so that the distribution of run times is not biased towards the
+        short runs that finished (``quantile`` uses the Kaplan-Meier estimate). The estimator
+        calls it before predicting."""
+        by_key: dict[Hashable, list[float]] = {}
+        for wl, elapsed in running:
+            for k in self.keys(wl):
+                by_key.setdefault(k, []).append(float(elapsed))
+        for k, s in self._samples.items():
+            cs = by_key.get(k)
+            new = sorted(cs) if cs else []
+            if new != s.censored:
+                s.censored = new
+                s.km = None
 
     def samples(self, key: Hashable) -> int:
         s = self._samples.get(key)
@@ -278,6 +325,8 @@ class HistoryRuntime:
             if len(xs) - i < need:
                 continue  # too few runs this long under this key: ask a broader one
             return self._predict(s, i)
+        if elapsed > 0 and self._known(wl):
+            return outrun(elapsed)
         return _at_least(self.fallback.predict(wl, elapsed), elapsed)
 
 
@@ -291,11 +340,34 @@ class HistoryRuntime:
             i = bisect.bisect_right(xs, elapsed) if elapsed > 0 else 0
             if len(xs) - i < need:
                 continue
-            return _quantile(xs, u, i)
+            if not s.censored:
+                return _quantile(xs, u, i)
+            # Kaplan-Meier: the first time t with S(t) <= S(elapsed) (1 - u)
+            times, surv = s.kaplan_meier()
+            j = bisect.bisect_right(times, elapsed)
+            s_e = surv[j - 1] if j > 0 else 1.0
+            target = s_e * (1.0 - u)
+            lo, hi = j, len(times)
+            while lo < hi:  # survival is non-increasing
+                mid = (lo + hi) // 2
+                if surv[mid] <= target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo < len(times):
+                return times[lo]
+            # beyond the longest finished run: the rest of the mass is censored
+            return outrun_quantile(max(elapsed, times[-1]), (u - (1 - surv[-1] / s_e)) / max(surv[-1] / s_e, 1e-9))
+        if elapsed > 0 and self._known(wl):  # longer than any run of its kind: as long again
+            return outrun_quantile(elapsed, u)
         fb = self.fallback.predict(wl, elapsed)
         if elapsed > 0 and fb.high <= elapsed:
             return outrun_quantile(elapsed, u)
         return max(_quantile_of(self.fallback, wl, elapsed, u), elapsed)
+
+    def _known(self, wl: Workload) -> bool:
+        need = self.min_samples
+        return any(len(s.sorted) >= need for s in (self._samples.get(k) for k in self.keys(wl)) if s is not None)
 
     def _predict(self, s: _Samples, i: int) -> Prediction:
         ql, qp, qh = self.quantiles

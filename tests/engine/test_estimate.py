@@ -251,3 +251,19 @@ def test_exact_per_queue_extrapolates_the_tail():
     for i in range(3, 10):
         e = part[key("a", f"p{i}")]
         assert e.extrapolated and e.start_at == pytest.approx(full[key("a", f"p{i}")].start_at, rel=0.01)
+
+
+def test_history_kaplan_meier_with_running_workloads():
+    m = HistoryRuntime(lambda w: (("all",),), min_samples=1)
+    w1 = wl("a", "x", 1)
+    for r in (10.0, 20.0, 30.0, 40.0):
+        m.observe(w1, r)
+    assert m.quantile(w1, 0.0, 0.5) == 25.0  # no censoring: the empirical quantile
+    # four runs still going after 35 s (Kaplan-Meier: S = 7/8, 6/8, 5/8 after 10, 20, 30 s, then
+    # one at risk at 40 s): the run times are longer than the finished ones alone say
+    m.set_running([(w1, 35.0)] * 4)
+    assert m.quantile(w1, 0.0, 0.2) == 20.0
+    assert m.quantile(w1, 0.0, 0.3) == 30.0
+    assert m.quantile(w1, 0.0, 0.5) == 40.0
+    m.set_running([(w1, 45.0)] * 4)  # running longer than every finished run: beyond them, outrun
+    assert m.quantile(w1, 45.0, 0.5) == 90.0
