@@ -199,7 +199,7 @@ def _add_replay(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
     p.add_argument("--runtime-model", choices=("history", "declared", "oracle"), default="history",
                    help="run times the estimator assumes (with --eta; default history: per team and GPU count)")
     p.add_argument("--eta-sample", type=positive_int, metavar="K",
-                   help="with --eta: estimate every K-th waiting job (default 40; 1: all)")
+                   help="with --eta: estimate every K-th waiting job (default 200, which fits 10 minutes on the Philly trace; 1: all)")
     p.add_argument("--eta-plot", metavar="FILE.svg",
                    help="with --eta: write an SVG of the estimates' error distribution")
     p.add_argument("-q", "--quiet", action="store_true", help="no human summary")

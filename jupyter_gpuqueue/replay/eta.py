@@ -60,7 +60,7 @@ from .trace import ReplayConfig, TraceJob, build_jobs
 
 FRACTIONS = (0.25, 0.5, 0.75)
 POINTS = ("submission",) + tuple(f"{int(f * 100)}%" for f in FRACTIONS)
-DEFAULT_SAMPLE = 40
+DEFAULT_SAMPLE = 200
 RATE_WINDOWS = (3600.0, 6 * 3600.0, 24 * 3600.0)
 
 
@@ -76,6 +76,7 @@ class EtaOptions:
     horizon: float = 365 * 86400.0
     compress: bool = True
     details: bool = False  # add every estimate to the block ("estimates": [...])
+    history_window: int = 2000  # run times kept per history key
 
 
 def team_gpu_keys(wl: Workload) -> tuple:
@@ -84,14 +85,14 @@ def team_gpu_keys(wl: Workload) -> tuple:
     return (("team-gpus", wl.namespace, gpus), ("team", wl.namespace), ("all",))
 
 
-def make_model(name: str, runtimes: dict[str, float], declared_seconds: float) -> RuntimeModel:
+def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000) -> RuntimeModel:
     declared = DeclaredRuntime(declared_seconds)
     if name == "declared":
         return declared
     if name == "oracle":
         return OracleRuntime(runtimes, declared)
     if name == "history":
-        return HistoryRuntime(team_gpu_keys, fallback=declared)
+        return HistoryRuntime(team_gpu_keys, fallback=declared, window=window)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
 
 
@@ -176,7 +177,7 @@ def eta_report(
     sim = make_simulator(rc.config, inventory, options)
     sim.add_jobs(jobs)
     sched = sim.scheduler
-    model = make_model(eta.runtime_model, runtimes, eta.declared_seconds)
+    model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window)
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
     learn = isinstance(model, HistoryRuntime)
     fed = 0
