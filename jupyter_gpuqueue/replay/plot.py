@@ -150,7 +150,7 @@ def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
     series = [("model (" + eta.get("runtimeModel", "?") + ")", eta["errorsSeconds"]["model"], "#1f77b4", ""),
               ("rate baseline", eta["errorsSeconds"]["rate"], "#d62728", "6,4"),
               ("oracle baseline", eta["errorsSeconds"]["oracle"], "#2ca02c", "2,3")]
-    ml, mr, mt, mb = 70, 200, 40, 50
+    ml, mr, mt, mb = 70, 200, 48, 50
     pw, ph = width - ml - mr, height - mt - mb
     lo, hi = math.log10(60.0), math.log10(10 * 86400.0)
 
@@ -164,8 +164,10 @@ def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{ml}" y="20" font-size="14">Estimated start times: absolute error of the estimates '
-           f'made at submission ({eta.get("jobsSampled", 0):,} waiting jobs, every {eta.get("sampled", 1)})</text>']
+           f'<text x="{ml}" y="18" font-size="14">Estimated start times: absolute error of the estimates '
+           f'made at submission</text>',
+           f'<text x="{ml}" y="34" font-size="11" fill="#555">{eta.get("jobsSampled", 0):,} waiting jobs '
+           f'(every {eta.get("sampled", 1)}th of {eta.get("jobsWaited", 0):,})</text>']
     for f in (0, 0.25, 0.5, 0.75, 1.0):
         y = py(f)
         out.append(f'<line x1="{ml}" y1="{y:.1f}" x2="{ml + pw}" y2="{y:.1f}" stroke="#ddd"/>')
@@ -191,7 +193,7 @@ def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
             d = f' stroke-dasharray="{dash}"' if dash else ""
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2"{d} points="{" ".join(pts)}"/>')
         med = percentile_of(xs, 50)
-        y = mt + 20 + 22 * i
+        y = mt + 20 + 36 * i
         out.append(f'<line x1="{ml + pw + 14}" y1="{y}" x2="{ml + pw + 40}" y2="{y}" stroke="{color}" '
                    f'stroke-width="2"{(" stroke-dasharray=" + chr(34) + dash + chr(34)) if dash else ""}/>')
         out.append(f'<text x="{ml + pw + 46}" y="{y + 4}">{name}</text>')
