@@ -1,14 +1,18 @@
 """The Kubernetes backend: each admitted workload runs as a ``batch/v1`` Job in its team's namespace.
 
-Lifecycle (the service drives it from its loop; all methods run on the service's thread):
+Lifecycle (the service drives it from its loop; its methods run on the service's thread, the
+creates of ``start_concurrency`` worker threads excepted):
 
-- :meth:`KubernetesBackend.start` (on admission by our engine) creates the Job **suspended**
-  (``k8s_jobs.build_job``: labels, priority, the flavor's nodeSelector and tolerations, GPU / MIG
-  requests and limits), then unsuspends it, as Kueue does on admission. A Job that already exists
-  with our workload-uid label (a retry, a re-admission after preemption, a restart between the
-  two steps: ``409 AlreadyExists``) is adopted: its scheduling directives are updated to the new
-  admission and it is unsuspended (read-modify-write with ``resourceVersion``; a ``409 Conflict``
-  re-reads and retries). Optionally a Volcano PodGroup is created for gang scheduling.
+- :meth:`KubernetesBackend.start` (on admission by our engine) creates the Job already running
+  (``k8s_jobs.build_job``: labels, priority, the admitted flavor's nodeSelector and tolerations, as
+  Kueue injects them on admission, GPU / MIG requests and limits): one request. With Volcano it is
+  created suspended, its PodGroup (owned by the Job) created, then it is resumed. A Job that
+  already exists with our workload-uid label (a retry, a re-admission after preemption, a restart
+  before the run was recorded: ``409 AlreadyExists``) is adopted: its scheduling directives are
+  updated to the new admission and it is resumed, keeping the pod-template labels the API server
+  added on create (read-modify-write with ``resourceVersion``; a ``409 Conflict`` re-reads and
+  retries). With ``start_concurrency`` the create runs in a worker thread and its outcome comes
+  from :meth:`KubernetesBackend.poll` (``Started``, or ``Failed``).
 - :meth:`KubernetesBackend.suspend` (preemption) sets ``spec.suspend=true``; the Job controller
   deletes the active Pods. Then ``status.startTime`` is cleared through the ``status``
   subresource, as Kueue does (``ResetStatus`` in ``pkg/controller/jobs/job/job_controller.go``):
@@ -46,22 +50,30 @@ never be lost).
 from __future__ import annotations
 
 import asyncio
-import calendar
 import logging
 import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..engine.model import ClusterConfig
 from ..errors import Conflict, Forbidden, GpuQueueError, ValidationError
 from .base import FAILED, SUCCEEDED, RunInfo, RunStatus
-
-STARTED = "Started"  # a start done in a worker thread has created (or adopted) the Job
 from .k8s_client import KubeApiError, KubeClient, path_for
 from .k8s_informer import Informer
+from .k8s_status import (
+    STARTED,
+    WAITING,
+    JobRun as _Run,
+    condition,
+    exit_code,
+    failed_create,
+    finished_status,
+    live_pods,
+    pod_observations,
+    user_error,
+)
 from .k8s_jobs import (
     SELECTOR,
     UID_LABEL,
@@ -74,87 +86,17 @@ from .k8s_jobs import (
 
 log = logging.getLogger(__name__)
 
-RUNNING = "Running"
-WAITING = "Waiting"  # admitted, a Pod cannot start yet (message says why)
 JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
 PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 EVENTS = ("", "v1", "events")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
 FAILED_CREATE = "involvedObject.kind=Job,reason=FailedCreate"
-_WAITING_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "InvalidImageName",
-                     "CreateContainerError", "RunContainerError", "CrashLoopBackOff")
-
-
-def parse_time(value) -> Optional[float]:
-    """RFC 3339 ``2026-11-22T17:30:41Z`` (as the API server writes metav1.Time) → seconds since the
-    epoch; None when absent or unparseable."""
-    if not value or not isinstance(value, str):
-        return None
-    text = value.strip().replace("Z", "")
-    frac = 0.0
-    if "." in text:
-        text, f = text.split(".", 1)
-        f = f.split("+")[0]
-        frac = float("0." + f) if f.isdigit() else 0.0
-    text = text.split("+")[0]
-    try:
-        return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")) + frac
-    except ValueError:
-        return None
-
-
-def condition(obj: dict, typ: str) -> Optional[dict]:
-    """The ``status.conditions`` entry of type ``typ`` whose status is "True", else None."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == typ and c.get("status") == "True":
-            return c
-    return None
-
-
-def user_error(err: KubeApiError, what: str) -> GpuQueueError:
-    """The service-facing error for a failed write, with the API server's own message:
-    422 → ValidationError (field of the first cause), 403 → Forbidden, 409 → Conflict,
-    404 → ValidationError(field="metadata.namespace") (the namespace does not exist: answered 400
-    with that field), anything else → GpuQueueError."""
-    msg = f"{what}: {err.field_message()}"
-    if err.status == 422:
-        field = (err.causes[0].get("field") if err.causes else None) or "manifest"
-        return ValidationError(msg, field)
-    if err.status == 403:
-        return Forbidden(msg, "namespace")
-    if err.status == 409:
-        return Conflict(msg, "metadata.name")
-    if err.status == 404:
-        return ValidationError(msg, "metadata.namespace")
-    return GpuQueueError(msg, None)
-
-
-@dataclass
-class _Run:
-    uid: str
-    namespace: str
-    name: str
-    req: Optional[JobRequest] = None
-    mode: str = "active"  # active | suspending | deleting
-    reason: str = ""
-    seen: bool = False  # the Job has been in the informer's cache
-    since: float = field(default_factory=time.time)
-    floor: float = 0.0  # started here at this time: no observation is earlier (0 when adopted)
-    reported: set = field(default_factory=set)  # observation keys already reported
-    resumed_at: Optional[float] = None  # when this run's Job was last unsuspended by us
-    phase: str = ""  # Kueue: "pending" | "admitted" as last reported ("" after adopt: unknown)
-    sig: object = None  # Kueue: the last reported pending (reason, message, positions)
-    op: Optional[str] = None  # a write still to do: "start" | "suspend" | "delete"
-    op_attempts: int = 0
-    op_next: float = 0.0
-    op_first: float = 0.0
-    last_error: str = ""
-    inflight: bool = False  # its start runs in a worker thread (start_concurrency)
-
 
 class KubernetesBackend:
-    """See the module docstring.
+    """See the module docstring. (Over 400 lines: one state machine per run, create / resume /
+    suspend / delete with their retries, and its observation, read as one; what it reads from the
+    API server's objects is in ``k8s_status``, the manifests in ``k8s_jobs``.)
 
     ``client``: a :class:`KubeClient` or a ``kubernetes.client.ApiClient`` (wrapped).
     ``config``: the queue configuration (ResourceFlavors, priority classes). ``image``: the
@@ -631,50 +573,19 @@ class KubernetesBackend:
                 out.setdefault(uid, []).append(p)
         return out
 
-    @staticmethod
-    def _live(pods: list[dict]) -> list[dict]:
-        """Pods that may still hold a GPU: not Succeeded/Failed (terminating ones included)."""
-        return [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-
-    @staticmethod
-    def _exit_code(pods: list[dict]) -> Optional[int]:
-        code = None
-        for p in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
-            for cs in (p.get("status") or {}).get("containerStatuses") or []:
-                term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-                if term and term.get("exitCode") is not None:
-                    code = int(term["exitCode"])
-        return code
-
-    def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
-        done = condition(job, "Complete")
-        # metav1.Time has whole seconds: never report a time before this run started here.
-        if done:
-            at = parse_time(done.get("lastTransitionTime")) or parse_time(job["status"].get("completionTime")) or now
-            return RunStatus(run.uid, SUCCEEDED, 0, max(at, run.floor), "Job completed")
-        failed = condition(job, "Failed")
-        if failed:
-            at = max(parse_time(failed.get("lastTransitionTime")) or now, run.floor)
-            code = self._exit_code(pods)
-            msg = f"Job failed: {failed.get('reason') or 'Failed'}: {failed.get('message') or ''}".rstrip(": ")
-            if code is not None:
-                msg += f" (exit code {code})"
-            return RunStatus(run.uid, FAILED, code, at, msg)
-        return None
-
     def _observe(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
         """What to report about one run (base: Job and Pods; the Kueue backend adds Workloads)."""
         if run.mode == "deleting":
-            if job is None and not self._live(pods) and run.op is None:
-                return [RunStatus(run.uid, FAILED, self._exit_code(pods), now, run.reason)]
+            if job is None and not live_pods(pods) and run.op is None:
+                return [RunStatus(run.uid, FAILED, exit_code(pods), now, run.reason)]
             return []
-        if job is None and run.mode == "suspending" and not self._live(pods):
+        if job is None and run.mode == "suspending" and not live_pods(pods):
             return [RunStatus(run.uid, FAILED, None, now, run.reason)]  # nothing of it runs
         if job is None:
             if run.seen or now - run.since > 30:
                 if not run.seen and self._job_exists(run):
                     return []
-                return [RunStatus(run.uid, FAILED, self._exit_code(pods), now,
+                return [RunStatus(run.uid, FAILED, exit_code(pods), now,
                                   f"Job {run.namespace}/{run.name} was deleted outside jupyter-gpuqueue")]
             return []
         run.seen = True
@@ -682,29 +593,24 @@ class KubernetesBackend:
         if fin is not None:
             return [fin]
         if run.mode == "suspending":
-            if job.get("spec", {}).get("suspend") and not self._live(pods) and run.op is None:
+            if job.get("spec", {}).get("suspend") and not live_pods(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, None, now, run.reason)]
             return []
         if not pods and not (job.get("spec") or {}).get("suspend"):
             return self._pod_creation_observations(run, job, now)
         return self._pod_observations(run, pods, now)
 
-    def _failed_create(self, job: dict) -> Optional[dict]:
-        """The newest ``FailedCreate`` event of this Job (this incarnation: matched by uid)."""
-        uid = (job.get("metadata") or {}).get("uid")
-        newest = None
-        for ev in self.events.snapshot():
-            obj = ev.get("involvedObject") or {}
-            if obj.get("uid") == uid and ev.get("reason") == "FailedCreate":
-                if newest is None or (ev.get("lastTimestamp") or "") >= (newest.get("lastTimestamp") or ""):
-                    newest = ev
-        return newest
+    def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
+        return finished_status(run, job, pods, now)
+
+    def _pod_observations(self, run: _Run, pods: list[dict], now: float) -> list[RunStatus]:
+        return pod_observations(run, pods, now)
 
     def _pod_creation_observations(self, run: _Run, job: dict, now: float) -> list[RunStatus]:
         """A resumed Job with no Pod: the Job controller's FailedCreate reason, shown once per
         message (``Waiting``); past ``pods_ready_timeout`` the Job is deleted and the run reported
         Failed (``PodsReadyTimeout``) once it is gone, which gives its quota back."""
-        ev = self._failed_create(job)
+        ev = failed_create(self.events.snapshot(), job)
         out = []
         msg = f"the Job cannot create its Pods: FailedCreate: {ev.get('message') or ''}".rstrip(": ") if ev else ""
         if ev is not None and f"failedcreate:{msg}" not in run.reported:
@@ -717,31 +623,6 @@ class KubernetesBackend:
             run.mode = "deleting"
             run.reason = f"PodsReadyTimeout: no Pod within {self.pods_ready_timeout:.0f} s of admission; {why}"
             self._try(run, "delete")
-        return out
-
-    def _pod_observations(self, run: _Run, pods: list[dict], now: float) -> list[RunStatus]:
-        out = []
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-        if running and "running" not in run.reported:
-            run.reported.add("running")
-            at = max(run.floor, min(parse_time(p["status"].get("startTime")) or now for p in running))
-            out.append(RunStatus(run.uid, RUNNING, None, at, ""))
-        for p in pods:
-            for cs in (p.get("status") or {}).get("containerStatuses") or []:
-                w = (cs.get("state") or {}).get("waiting") or {}
-                if w.get("reason") in _WAITING_PROBLEMS:
-                    key = f"waiting:{p['metadata'].get('name')}:{w['reason']}"
-                    if key not in run.reported:
-                        run.reported.add(key)
-                        msg = f"pod {p['metadata'].get('name')}: {w['reason']}: {w.get('message') or ''}".rstrip(": ")
-                        out.append(RunStatus(run.uid, WAITING, None, now, msg))
-            for c in (p.get("status") or {}).get("conditions") or []:
-                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
-                    key = f"unschedulable:{p['metadata'].get('name')}:{c.get('message')}"
-                    if key not in run.reported:
-                        run.reported.add(key)
-                        out.append(RunStatus(run.uid, WAITING, None, now,
-                                             f"pod {p['metadata'].get('name')} is unschedulable: {c.get('message') or ''}"))
         return out
 
     def _job_exists(self, run: _Run) -> bool:

@@ -30,7 +30,8 @@ from ..engine.quantity import resource_value
 from .base import RunStatus
 from .k8s_client import KubeApiError, path_for
 from .k8s_informer import Informer
-from .kubernetes import KubernetesBackend, _Run, condition, parse_time
+from .k8s_status import JobRun as _Run, condition, parse_time
+from .kubernetes import KubernetesBackend
 
 log = logging.getLogger(__name__)
 

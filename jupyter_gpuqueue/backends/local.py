@@ -124,7 +124,9 @@ class _Run:
 
 
 class LocalBackend:
-    """Runs workloads as local processes (the standalone mode's backend).
+    """Runs workloads as local processes (the standalone mode's backend). (Slightly over 400
+    lines: start, the pidfd wake-up, stop with its escalation and adoption after a restart act on
+    the same runs; the wrapper process itself is ``runner.py``.)
 
     ``python_executable``: the Python that runs the wrapper (any Python ≥ 3.8; it only needs the
     standard library). ``state_dir``: where exit files go (``<state_dir>/<uid>.exit``); by default

@@ -60,7 +60,9 @@ def _micro_now() -> str:
 
 
 class NodeAgent:
-    """Fake kubelets for several Nodes, backed by real processes.
+    """Fake kubelets for several Nodes, backed by real processes. (Slightly over 400 lines: the
+    Nodes' heartbeats and the Pod watch share its lock and counters; one Pod's life is in
+    ``podrunner.PodWorker``, the log endpoint in ``server.KubeletServer``.)
 
     ``api_client``: a ``kubernetes.client.ApiClient`` allowed to write Nodes, Leases, Pods and
     pods/status (the admin client). ``workdir``: folder for container logs

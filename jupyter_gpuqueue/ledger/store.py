@@ -119,7 +119,9 @@ def _num(value: Any, field: str) -> float:
 
 
 class Ledger:
-    """Durable store of workloads and their usage intervals.
+    """Durable store of workloads and their usage intervals. (Over 400 lines: one method per
+    statement the service runs, each prebuilt once for speed; the schema and its migrations are in
+    ``orm.py``, ``schema.py`` and ``migrations/``, reports in ``reports.py``.)
 
     ``url``: a SQLAlchemy URL (``sqlite:////abs/path/gpuqueue.db``, ``postgresql+psycopg://…``) or a
     plain file path (taken as SQLite). For a SQLite file the parent directory is created. Rows are
