@@ -173,6 +173,8 @@ class Admission:
         if self._launch_scheduled and not self.live.started:
             return  # stopped meanwhile: the rest is Admitted in the ledger, started at the next start
         chunk = self.launch_chunk if self.live.slicing or self._launch_scheduled else len(self._to_launch)
+        if getattr(self.backend, "starts_async", False):
+            chunk = len(self._to_launch)  # a start only hands the Job to a worker: all of them, one commit
         self._launch_scheduled = False
         batch, self._to_launch = self._to_launch[:chunk], self._to_launch[chunk:]
         with self.events.batch():
