@@ -77,12 +77,41 @@ class EtaOptions:
     compress: bool = True
     details: bool = False  # add every estimate to the block ("estimates": [...])
     history_window: int = 2000  # run times kept per history key
+    bursts: bool = True  # history keyed by burst first (``label_bursts``)
+
+
+BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
+BURST_GAP = 600.0
 
 
 def team_gpu_keys(wl: Workload) -> tuple:
-    """History keys of a replayed job: (team, GPUs), team, everything."""
+    """History keys of a replayed job: its burst (when labelled), (team, GPUs), team, everything."""
     gpus = wl.total_requests().get(GPU, 0)
-    return (("team-gpus", wl.namespace, gpus), ("team", wl.namespace), ("all",))
+    keys = (("team-gpus", wl.namespace, gpus), ("team", wl.namespace), ("all",))
+    burst = wl.labels.get(BURST_LABEL)
+    return ((("burst", burst),) + keys) if burst is not None else keys
+
+
+def label_bursts(jobs, gap: float = BURST_GAP) -> int:
+    """Label each job with its *burst*: the jobs of one team and GPU count submitted less than
+    ``gap`` seconds after the previous one (array jobs, sweeps: the trace's stand-in for "the same
+    command or script", which it does not record). Known at submission. Returns the number of
+    bursts."""
+    last: dict[tuple, tuple[float, int]] = {}
+    n = 0
+    for j in sorted(jobs, key=lambda j: (j.submit_time, j.key)):
+        wl = j.workload
+        k = (wl.namespace, wl.total_requests().get(GPU, 0))
+        prev = last.get(k)
+        if prev is None or j.submit_time - prev[0] > gap:
+            n += 1
+            bid = n
+        else:
+            bid = prev[1]
+        last[k] = (j.submit_time, bid)
+        wl.labels = dict(wl.labels)
+        wl.labels[BURST_LABEL] = str(bid)
+    return n
 
 
 def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000) -> RuntimeModel:
@@ -174,6 +203,8 @@ def eta_report(
     runtimes = {j.key: j.run_time for j in first.jobs.values()}
 
     jobs = build_jobs(trace, rc, max_gpus_per_pod=options.max_gpus_per_pod, source=source)
+    if eta.bursts:
+        label_bursts(jobs)
     sim = make_simulator(rc.config, inventory, options)
     sim.add_jobs(jobs)
     sched = sim.scheduler
