@@ -19,8 +19,10 @@ Two passes over the same deterministic simulation:
    * ``oracle``: the estimator with the true run times (``OracleRuntime``): what is left is the
      error of not knowing the future arrivals (and the preemptions they cause).
 
-Runtime models (``--runtime-model``): ``history`` (default): per team (namespace) and GPU count,
-then per team, then all jobs, then declared (quantiles 25/50/75 %, at least 5 runs, the last 2,000
+Runtime models (``--runtime-model``): ``history`` (default): per *burst* (:func:`label_bursts`:
+the team's jobs of one GPU count submitted within 10 minutes of each other — array jobs and
+sweeps, the trace's stand-in for "the same command or script", which it does not record), then
+per team (namespace) and GPU count, then per team, then all jobs, then declared (quantiles 25/50/75 %, at least 5 runs, the last 2,000
 per key; for a running job, the runs longer than it has run so far). It learns a job's run time
 when the job finishes in the simulation — only jobs finished before the estimate point, never the
 future. ``declared``: the trace declares no maximum run time, so every job is assumed to run
