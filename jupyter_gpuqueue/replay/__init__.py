@@ -48,7 +48,8 @@ Per team (tenant), per ClusterQueue and overall:
 * ``contendedFairness`` (fairness over contended time): in every interval where some ClusterQueue
   has a pending workload, each ClusterQueue with demand (GPUs held + GPUs requested by its pending
   workloads) gets xᵢ = its allocated GPUs / its **fair share**: the weighted max-min share of the
-  GPUs its cohort tree can lend, capped by its demand, with weights nominal GPU quota × the
+  cluster's GPUs (every GPU the cohort trees can lend: quota left idle in one tree while another
+  team queues counts as unfair), capped by its demand, with weights nominal GPU quota × the
   ClusterQueue's fairSharing weight (Kueue's dominant resource share measures usage relative to
   nominal quota, divided by the weight); Jain's index (Σ xᵢ)² / (n Σ xᵢ²) of the xᵢ (1 = everyone
   got its fair share). ``jainIndexMean``: its time-weighted mean over contended time;

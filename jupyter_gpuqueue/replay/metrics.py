@@ -317,10 +317,11 @@ def contended_fairness(sim: Simulator, rc: ReplayConfig, t0: float, w: float, nb
         nominal = sum(q for (f, r), q in node.nominal.items() if r == GPU)
         cq = cfg.cluster_queues.get(name)
         weight[name] = nominal * (cq.fair_sharing_weight if cq is not None else 1.0)
-    root_of = {name: node.root().name for name, node in tree.cluster_queues.items()}
-    root_cap: dict[str, float] = {}
-    for root in tree.roots():
-        root_cap[root.name] = float(sum(q for (f, r), q in root.subtree_quota.items() if r == GPU))
+    # One pool: every GPU any cohort tree can lend. Within one cohort this is Kueue's sharing;
+    # across separate trees (static partitions), idle quota while another team queues is unfair.
+    root_of = {name: "cluster" for name in tree.cluster_queues}
+    root_cap = {"cluster": float(sum(q for root in tree.roots()
+                                     for (f, r), q in root.subtree_quota.items() if r == GPU))}
     # Events: (time, cq, d_alloc, d_pending_gpus, d_pending_count)
     lq_cq = {k: lq.cluster_queue for k, lq in cfg.local_queues.items()}
     ev: list[tuple[float, str, float, float, int]] = []
