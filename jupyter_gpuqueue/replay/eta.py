@@ -64,6 +64,7 @@ FRACTIONS = (0.25, 0.5, 0.75)
 POINTS = ("submission",) + tuple(f"{int(f * 100)}%" for f in FRACTIONS)
 DEFAULT_SAMPLE = 200
 RATE_WINDOWS = (3600.0, 6 * 3600.0, 24 * 3600.0)
+BURST_GAP = 600.0
 
 
 @dataclass
@@ -80,10 +81,10 @@ class EtaOptions:
     details: bool = False  # add every estimate to the block ("estimates": [...])
     history_window: int = 2000  # run times kept per history key
     bursts: bool = True  # history keyed by burst first (``label_bursts``)
+    burst_gap: float = BURST_GAP
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
-BURST_GAP = 600.0
 
 
 def team_gpu_keys(wl: Workload) -> tuple:
@@ -206,7 +207,7 @@ def eta_report(
 
     jobs = build_jobs(trace, rc, max_gpus_per_pod=options.max_gpus_per_pod, source=source)
     if eta.bursts:
-        label_bursts(jobs)
+        label_bursts(jobs, eta.burst_gap)
     sim = make_simulator(rc.config, inventory, options)
     sim.add_jobs(jobs)
     sched = sim.scheduler
