@@ -34,6 +34,7 @@ from pathlib import Path
 
 from . import assets, pki
 from .objects import ClusterObjects
+from .pdeathsig import pdeathsig_preexec
 
 _LIVE: set["_Proc"] = set()
 _LIVE_LOCK = threading.Lock()
@@ -60,17 +61,7 @@ def _pdeathsig_preexec():
     unavailable or when called off the main thread (the signal follows the *thread*)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    return preexec
+    return pdeathsig_preexec()
 
 
 def free_port() -> int:

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .pdeathsig import pdeathsig_preexec
+
 log = logging.getLogger(__name__)
 
 WAITING_ANNOTATION = "devcluster.gpuqueue.io/waiting-reason"
@@ -347,23 +349,7 @@ class PodWorker:
         return None
 
 
-def _make_pdeathsig():
-    """``preexec_fn``: SIGKILL the container process when its worker thread (which waits for
-    it) dies, e.g. when the test run is killed."""
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-    return preexec
-
-
-_PDEATHSIG = _make_pdeathsig()
+_PDEATHSIG = pdeathsig_preexec()  # SIGKILL the container process when its worker thread dies
 
 
 class _Deleted(Exception):

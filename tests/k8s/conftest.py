@@ -27,8 +27,9 @@ def apiserver(cluster):
     srv.stop()
 
 
-def wait_for(predicate, timeout: float = 5.0, step=None, interval: float = 0.01):
-    """Call ``step()`` (if given) and ``predicate()`` until it returns a truthy value; return it."""
+def wait_for(predicate, timeout: float = 5.0, step=None, interval: float = 0.01, what: str = ""):
+    """Call ``step()`` (if given) and ``predicate()`` until it returns a truthy value; return it.
+    Raises AssertionError after ``timeout`` seconds, naming ``what`` (or the predicate)."""
     deadline = time.monotonic() + timeout
     while True:
         if step is not None:
@@ -37,5 +38,6 @@ def wait_for(predicate, timeout: float = 5.0, step=None, interval: float = 0.01)
         if v:
             return v
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {getattr(predicate, '__name__', predicate)}")
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{what or getattr(predicate, '__name__', predicate)}")
         time.sleep(interval)

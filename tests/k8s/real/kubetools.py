@@ -14,6 +14,8 @@ import yaml
 
 from jupyter_gpuqueue.service import create_service
 
+from ..conftest import wait_for as _wait_for
+
 REPO = Path(__file__).resolve().parents[3]
 DOCS = REPO / "docs" / "kubernetes.md"
 
@@ -108,17 +110,8 @@ def rules_without(role: dict, resource: str) -> list[dict]:
 
 def wait_for(predicate: Callable, timeout: float = 60.0, step: Optional[Callable] = None,
              interval: float = 0.05, what: str = ""):
-    """Call ``step()`` (if given) and ``predicate()`` until it returns a truthy value; return it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if step is not None:
-            step()
-        v = predicate()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(interval)
+    """``tests/k8s/conftest.wait_for`` with the real cluster's pace (60 s, 50 ms by default)."""
+    return _wait_for(predicate, timeout, step, interval, what)
 
 
 class KubeQueue:

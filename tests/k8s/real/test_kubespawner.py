@@ -172,6 +172,17 @@ def make_spawner(env, cluster_file, namespace, profile, user="alice", **traits):
     return sp
 
 
+async def polled_stopped(sp, timeout: float = 15.0) -> bool:
+    """``await sp.poll() == 1`` within ``timeout``: KubeSpawner's poll reads its Pod reflector,
+    which may see the Pod's deletion a moment after the API server did."""
+    deadline = time.monotonic() + timeout
+    while await sp.poll() != 1:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
 async def until(predicate, timeout: float = 30.0, what: str = ""):
     """Await ``predicate()`` (sync) becoming truthy without blocking the loop (the queue service
     runs on it); returns its value."""
@@ -266,7 +277,7 @@ async def test_notebook_pods_run_on_their_leased_gpus_and_are_deleted_when_the_s
     for sp, lease in ((a100, w), (mig, wm)):
         assert pod_or_none(kube, ns, sp.pod_name) is None
         assert gpuqueue_service.get_workload(lease["namespace"], lease["name"])["state"] == "Cancelled"
-    assert await a100.poll() == 1  # what the hub's next poll sees
+    assert await polled_stopped(a100)  # what the hub's next poll sees
 
 
 async def test_the_pod_is_deleted_when_the_lease_time_is_over(
@@ -295,7 +306,7 @@ async def test_the_pod_is_deleted_when_the_lease_time_is_over(
     assert time.time() - end < 15
     assert not [p for p in kube.list(f"/api/v1/namespaces/{ns}/pods")[0] if p["metadata"]["uid"] == uid]
     assert sp.gpuqueue_lease.done
-    assert await sp.poll() == 1  # the hub's next poll: the server is gone
+    assert await polled_stopped(sp)  # the hub's next poll: the server is gone
     lease = await until(lambda: (lambda v: v if v["state"] != "Running" else None)(
         gpuqueue_service.get_workload(w["namespace"], w["name"])), 15, "the queue ends the lease")
     assert lease["reason"] == "MaximumExecutionTimeExceeded", lease
