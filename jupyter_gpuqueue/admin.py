@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -36,7 +37,7 @@ import yaml
 from .engine import model
 from .engine.errors import ManifestError
 from .engine.manifests import Manifests, load_documents, parse_yaml_documents
-from .engine.quantity import format_quantity
+from .engine.quantity import format_quantity, parse_quantity
 from .errors import NotFound, ValidationError
 from .ledger.pricing import Prices
 
@@ -268,14 +269,89 @@ def _invalid(exc: ManifestError) -> ValidationError:
     return ValidationError(str(exc), field=exc.field or "manifest")
 
 
+def _is_device(resource: str) -> bool:
+    return resource == model.GPU or resource.startswith(model.MIG_PREFIX)
+
+
+def _inexact_quota_reason(resource: str, value: Any) -> Optional[str]:
+    """Why the quota ``value`` of ``resource`` cannot be stored exactly, or None when it can.
+
+    Kueue keeps quotas as integers of its canonical unit (``pkg/resources/requests.go``:
+    ``ResourceValue``: cpu in millicores, everything else in whole base units) and rounds a
+    finer value up (``Quantity.Value()`` / ``MilliValue()``), so ``nominalQuota: 1.5`` for
+    ``nvidia.com/gpu`` silently becomes 2. Here such a value is refused instead: GPUs and MIG
+    devices are whole devices, cpu is whole millicores ("1.5" = 1500m is exact), memory and
+    other resources whole bytes / units. A value that does not parse returns None (the loader
+    refuses it with Kubernetes' own reason)."""
+    try:
+        amount = parse_quantity(value)
+    except ManifestError:
+        return None
+    canonical = amount * 1000 if resource == "cpu" else amount
+    if canonical.denominator == 1 or canonical < 0:  # a negative quota: the loader says why
+        return None
+    rounded = math.ceil(canonical)
+    shown = json.dumps(value) if isinstance(value, str) else repr(value)
+    kueue = f"Kueue would round it up to {format_quantity(resource, rounded)}"
+    if _is_device(resource):
+        what = "GPUs" if resource == model.GPU else "MIG devices"
+        return (f"Invalid value: {shown}: {resource} is counted in whole {what}; a quota must be a whole "
+                f"number ({kueue})")
+    if resource == "cpu":
+        return (f"Invalid value: {shown}: cpu quotas are whole millicores (e.g. \"1.5\" or \"1500m\"); "
+                f"{kueue}")
+    unit = "bytes" if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-") else "units"
+    return f"Invalid value: {shown}: {resource} quotas are whole {unit}; {kueue}"
+
+
+def check_exact_quotas(docs: list, source: str = SOURCE) -> None:
+    """Refuse a quota that would not be stored exactly as given (see :func:`_inexact_quota_reason`).
+
+    ``docs``: configuration documents (dicts). Every ``nominalQuota``, ``borrowingLimit`` and
+    ``lendingLimit`` of a ClusterQueue's or Cohort's ``spec.resourceGroups`` is checked. Raises
+    ValidationError whose field is the Kueue field path
+    (``spec.resourceGroups[0].flavors[0].resources[2].nominalQuota``) and whose message names the
+    document as the loader's do (``admin: document 6: ClusterQueue/team-a-cq: <field>: Invalid
+    value: "1.5": nvidia.com/gpu is counted in whole GPUs; …``). Malformed documents are left to
+    the loader."""
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict) or doc.get("kind") not in ("ClusterQueue", "Cohort"):
+            continue
+        if not str(doc.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
+            continue
+        spec, meta = doc.get("spec"), doc.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        groups = spec.get("resourceGroups") if isinstance(spec, dict) else None
+        if not isinstance(groups, list):
+            continue
+        for gi, rg in enumerate(groups):
+            flavors = rg.get("flavors") if isinstance(rg, dict) else None
+            for fi, fq in enumerate(flavors if isinstance(flavors, list) else []):
+                resources = fq.get("resources") if isinstance(fq, dict) else None
+                for ri, rq in enumerate(resources if isinstance(resources, list) else []):
+                    if not isinstance(rq, dict) or not isinstance(rq.get("name"), str):
+                        continue
+                    for key in _QUOTA_FIELDS:
+                        if rq.get(key) is None:
+                            continue
+                        reason = _inexact_quota_reason(rq["name"], rq[key])
+                        if reason is not None:
+                            path = f"spec.resourceGroups[{gi}].flavors[{fi}].resources[{ri}].{key}"
+                            raise ValidationError(f"{source}: document {index}: {doc['kind']}/{name}: {path}: {reason}",
+                                                  field=path)
+
+
 def load_config_documents(docs: list[dict], source: str = SOURCE) -> Manifests:
     """Validate configuration documents as Kueue would; returns the engine's :class:`Manifests`.
 
     Raises ValidationError (field: the Kueue field path; message: ``<source>: document <i>:
-    <Kind>/<name>: <field>: <reason>``) for anything Kueue rejects, and for documents that are
-    workloads (batch/v1 Jobs with a queue-name label, Kueue Workloads, ...): configuration changes
-    take configuration kinds only, workloads are submitted (``POST .../workloads``).
+    <Kind>/<name>: <field>: <reason>``) for anything Kueue rejects, for a quota that would not be
+    stored exactly as given (a fractional GPU count, ``1.5m`` cpu: :func:`check_exact_quotas`;
+    Kueue would round it up), and for documents that are workloads (batch/v1 Jobs with a
+    queue-name label, Kueue Workloads, ...): configuration changes take configuration kinds only,
+    workloads are submitted (``POST .../workloads``).
     """
+    check_exact_quotas(docs, source)
     try:
         m = load_documents(docs, source)
     except ManifestError as exc:

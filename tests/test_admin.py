@@ -136,6 +136,22 @@ A100_GPU = {"flavor": "nvidia-a100", "resource": "nvidia.com/gpu"}
          "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", "must be greater than or equal to 0"),
         (("cluster-queues", "team-a-cq"), {"resources": [{**A100_GPU, "nominalQuota": "four"}]},
          "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota", "quantities must match"),
+        # issue 15 item 3: a quota is stored exactly as given or refused (Kueue would round 1.5 GPUs up to 2)
+        (("cluster-queues", "team-a-cq"), {"resources": [{**A100_GPU, "nominalQuota": "1.5"}]},
+         "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota",
+         'Invalid value: "1.5": nvidia.com/gpu is counted in whole GPUs; a quota must be a whole number '
+         "(Kueue would round it up to 2)"),
+        (("cluster-queues", "team-a-cq"), {"resources": [{**A100_GPU, "borrowingLimit": 0.5}]},
+         "spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit", "whole GPUs"),
+        (("cluster-queues", "team-a-cq"), {"resources": [{"flavor": "nvidia-a100-mig",
+                                                            "resource": "nvidia.com/mig-1g.10gb", "lendingLimit": "1500m"}]},
+         "spec.resourceGroups[1].flavors[0].resources[0].lendingLimit", "whole MIG devices"),
+        (("cluster-queues", "team-a-cq"), {"resources": [{"flavor": "nvidia-a100", "resource": "cpu",
+                                                            "nominalQuota": "1.5m"}]},
+         "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota", "cpu quotas are whole millicores"),
+        (("cluster-queues", "team-a-cq"), {"resources": [{"flavor": "nvidia-a100", "resource": "memory",
+                                                            "nominalQuota": "0.5"}]},
+         "spec.resourceGroups[0].flavors[0].resources[1].nominalQuota", "memory quotas are whole bytes"),
         (("cluster-queues", "team-a-cq"), {"resources": [{**A100_GPU, "nominalQuota": None}]},
          "resources[0].nominalQuota", "required"),
         (("cluster-queues", "team-a-cq"), {"resources": [{"flavor": "nvidia-b200", "resource": "nvidia.com/gpu",
@@ -260,6 +276,40 @@ async def test_export_import_round_trip(jp_fetch, started, gpuqueue_service):
     await ok(jp_fetch, "admin", "config", method="PUT", body={"yaml": yaml.safe_dump_all(docs)})
     view = await config_json(jp_fetch)
     assert quota(view, "team-b-cq", "nvidia-h100", "nvidia.com/gpu")["nominalQuota"] == "3"
+
+
+async def test_quotas_are_stored_exactly_or_refused_on_every_path(jp_fetch, started):
+    """Issue 15 item 3: PATCH, import and PUT refuse a quota Kueue would round (1.5 GPUs → 2), naming
+    the field and changing nothing; a fractional value Kubernetes quantities hold exactly (1.5 cpu =
+    1500m, 1.5Gi) is stored as given."""
+    before = await config_json(jp_fetch)
+    exported = (await call(jp_fetch, "admin", "config", params={"format": "yaml"}))[1]
+    docs = list(yaml.safe_load_all(exported))
+    cq = next(d for d in docs if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == "team-b-cq")
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] = "1.5"
+    text = yaml.safe_dump_all(docs)
+    field = "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota"
+    for method, path, body, params, headers in [
+        ("POST", ("admin", "import"), text, {"dryRun": "true"}, {"Content-Type": "application/yaml"}),
+        ("POST", ("admin", "import"), text, None, {"Content-Type": "application/yaml"}),
+        ("PUT", ("admin", "config"), {"yaml": text}, None, None),
+    ]:
+        status, err, _ = await call(jp_fetch, *path, method=method, body=body, params=params, headers=headers)
+        assert status == 400, err
+        assert err["field"] == field, err
+        assert "ClusterQueue/team-b-cq" in err["message"] and "whole GPUs" in err["message"], err
+    assert await config_json(jp_fetch) == before
+    assert (await audit(jp_fetch))["total"] == 0
+
+    # exact fractions of cpu and memory are kept exactly
+    view = await ok(jp_fetch, "admin", "cluster-queues", "team-a-cq", method="PATCH", body={"resources": [
+        {"flavor": "nvidia-a100", "resource": "cpu", "nominalQuota": "1.5"},
+        {"flavor": "nvidia-a100", "resource": "memory", "nominalQuota": "1.5Gi"}]})
+    assert quota(view, "team-a-cq", "nvidia-a100", "cpu")["nominalQuota"] == "1500m"
+    assert quota(view, "team-a-cq", "nvidia-a100", "memory")["nominalQuota"] == "1536Mi"
+    exported = (await call(jp_fetch, "admin", "config", params={"format": "yaml"}))[1]
+    live = load_text(exported).config.cluster_queues["team-a-cq"].resource_groups[0].flavors[0].resources
+    assert [(r.name, r.nominal_quota) for r in live[:2]] == [("cpu", 1500), ("memory", 1536 * 2**20)]
 
 
 @pytest.mark.parametrize(
