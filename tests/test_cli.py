@@ -322,15 +322,22 @@ async def test_logs_follow_streams_until_the_job_ends(gpuqueue_env):
 
 async def test_bad_input_names_the_field_and_submits_nothing(gpuqueue_env, jp_fetch):
     cases = [
-        (["submit", "--flavor", "nvidia-nonexistent", PY, "-c", "pass"], "flavor"),
-        (["submit", "--priority", "no-such-class", PY, "-c", "pass"], "priorityClass"),
-        (["submit", "--queue", "team-a/no-such-queue", PY, "-c", "pass"], "localQueue"),
-        (["submit", "--max-runtime", "soon", PY, "-c", "pass"], "maxRuntime"),
-        (["submit", "--name", "Bad_Name", PY, "-c", "pass"], "name"),
-        (["submit", "--env", "NOEQUALS", PY, "-c", "pass"], "env"),
-        (["submit", "no-such-dir/missing.py"], "script"),
+        # the server's errors name the flag typed, not the API field (maxRuntime, priorityClass)
+        (["submit", "--flavor", "nvidia-nonexistent", PY, "-c", "pass"], "--flavor: "),
+        (["submit", "--priority", "no-such-class", PY, "-c", "pass"], "--priority: "),
+        (["submit", "--queue", "team-a/no-such-queue", PY, "-c", "pass"], "--queue: "),
+        (["submit", "--max-runtime", "soon", PY, "-c", "pass"], "--max-runtime: "),
+        (["submit", "--max-runtime", "3000000000", PY, "-c", "pass"], "--max-runtime: does not match"),
+        (["estimate", "--max-runtime", "30000d"], "must be at most 2147483647 seconds"),
+        (["submit", "--name", "Bad_Name", PY, "-c", "pass"], "--name: "),
+        (["submit", "--env", "NOEQUALS", PY, "-c", "pass"], "--env: must be KEY=VALUE"),
+        (["submit", "no-such-dir/missing.py"], "SCRIPT_OR_COMMAND: "),
         (["submit", "--gpus", "0", PY], "--gpus"),
         (["submit", "--gpus", "2"], "script or command"),
+        # abbreviations are refused: --gpu is not --gpus, --max is not --max-runtime
+        (["submit", "--gpu", "1", PY, "-c", "pass"], "--gpu"),
+        (["estimate", "--max", "2h"], "--max"),
+        (["list", "--al"], "--al"),
         (["cancel", "no-such-job"], "name"),
         (["logs", "no-such-job"], "name"),
         (["list", "--state", "Sleeping"], "state"),
@@ -339,6 +346,7 @@ async def test_bad_input_names_the_field_and_submits_nothing(gpuqueue_env, jp_fe
         rc, out, err = await arun(*argv, env=gpuqueue_env)
         assert rc == 2, (argv, out, err)
         assert field in err, (argv, err)
+        assert "maxRuntime" not in err and "priorityClass" not in err and "localQueue" not in err, (argv, err)
         assert out == "", (argv, out)
     r = await jp_fetch("gpuqueue", "api", "workloads")
     assert json.loads(r.body)["items"] == []
@@ -353,6 +361,19 @@ async def test_estimate_queues_inventory_info_prices(gpuqueue_env):
     rc, out, err = await arun("estimate", "--gpus", "2", "--max-runtime", "30m", "train.py", env=gpuqueue_env)
     assert rc == 0, err
     assert "GPU-hours" in out and "$" in out
+
+    # the README's example: an estimate needs no script or command
+    rc, out, err = await arun("estimate", "--gpus", "2", "--flavor", "nvidia-h100", "--max-runtime", "2h",
+                              env=gpuqueue_env)
+    assert rc == 0, err
+    assert out.startswith("2 × nvidia.com/gpu on nvidia-h100 for at most ") and ": 4 GPU-hours, $" in out, out
+    assert "up to" not in out  # the flavor was chosen: the price is exact
+    rc, out, err = await arun("estimate", "--gpus", "1", "--json", env=gpuqueue_env)
+    assert rc == 0, err
+    assert json.loads(out)["quantity"] == 1
+    # the queue picks the flavor: the price is an upper bound, said so
+    rc, out, err = await arun("estimate", "--gpus", "1", "--max-runtime", "1h", env=gpuqueue_env)
+    assert rc == 0 and "on any flavor" in out and "up to $" in out, (out, err)
 
     rc, out, err = await arun("queues", env=gpuqueue_env)
     assert rc == 0 and "ClusterQueue" in out and "NOMINAL" in out, err

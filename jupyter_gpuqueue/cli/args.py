@@ -33,7 +33,14 @@ class HelpRequested(Exception):
 
 class ArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser that raises :class:`UsageError` / :class:`HelpRequested` instead of
-    exiting, so that the magics can show errors in a notebook. ``main`` turns them into exit 2 / 0."""
+    exiting, so that the magics can show errors in a notebook. ``main`` turns them into exit 2 / 0.
+
+    Abbreviated long options are refused (``allow_abbrev=False``): ``--gpu 1`` is an error, not
+    ``--gpus 1``, so that a later option cannot silently change what an old command line means."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         field = None

@@ -111,13 +111,16 @@ def request_from_args(
 
     ``cwd``: the directory that relative paths (script, --workdir) are relative to (default: the
     current directory); they are sent as absolute paths. ``command``: an explicit argv (the cell
-    magic); otherwise ``args.target`` gives a script (a ``.py`` first word) or a command.
+    magic); otherwise ``args.target`` gives a script (a ``.py`` first word) or a command (an
+    empty target, as ``estimate`` allows, sends neither).
     Raises ValidationError naming ``env`` for a malformed --env.
     """
     cwd = os.path.abspath(cwd or os.getcwd())
     req: dict[str, Any] = {}
     if command is not None:
         req["command"] = list(command)
+    elif not getattr(args, "target", None):
+        pass  # an estimate: no script or command
     else:
         target = list(args.target)
         first = target[0]
@@ -155,6 +158,55 @@ def request_from_args(
             env[key] = value
         req["env"] = env
     return req
+
+
+#: The job option of each SubmitRequest field (API name → the flag a user types).
+JOB_FLAGS = {
+    "gpus": "--gpus",
+    "migProfile": "--mig",
+    "flavor": "--flavor",
+    "priorityClass": "--priority",
+    "maxRuntimeSeconds": "--max-runtime",
+    "maxRuntime": "--max-runtime",
+    "localQueue": "--queue",
+    "name": "--name",
+    "workingDir": "--workdir",
+    "env": "--env",
+    "array": "--array",
+    "script": "SCRIPT_OR_COMMAND",
+    "command": "SCRIPT_OR_COMMAND",
+    "args": "SCRIPT_OR_COMMAND",
+    "target": "SCRIPT_OR_COMMAND",
+}
+
+
+def flag_for_field(field: Optional[str]) -> Optional[str]:
+    """The option a user typed for an API field of a SubmitRequest (``"maxRuntimeSeconds"`` →
+    ``"--max-runtime"``, ``"items[3].gpus"`` → ``"--gpus"``), or None for a field that is no job
+    option (``namespace``, ``url``, a Kueue path)."""
+    return JOB_FLAGS.get(flag_field(field)) if field else None
+
+
+def flag_field(field: str) -> str:
+    """A SubmitRequest field without the ``items[N].`` of a batch (``"items[3].gpus"`` → ``"gpus"``)."""
+    return re.sub(r"^items\[\d+\]\.", "", str(field))
+
+
+def error_text(error: Exception, command: Optional[str] = None) -> str:
+    """An error as the CLI prints it. For ``submit`` / ``estimate`` (and the ``%%gpujob`` magic,
+    ``command=None``) an error naming a SubmitRequest field names the flag instead:
+    ``--max-runtime: must be at most 604800 seconds, got 900000`` rather than
+    ``maxRuntimeSeconds: …``; any other error is ``str(error)``."""
+    field = getattr(error, "field", None)
+    message = getattr(error, "message", None)
+    flag = flag_for_field(field) if command in (None, "submit", "estimate") else None
+    if flag is None or message is None:
+        return str(error)
+    if message.startswith(f"{field}: "):  # the API's schema check repeats the field
+        message = message[len(field) + 2:]
+    if field != flag_field(field):  # one job of an array: say which
+        return f"{flag} ({field}): {message}"
+    return f"{flag}: {message}"
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -228,17 +280,24 @@ def cmd_submit(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> in
 
 def cmd_estimate(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
     client = client or server_client(args)
-    est = client.estimate(request_from_args(args))
+    request = request_from_args(args)
+    est = client.estimate(request)
     if args.json:
         out.write(json.dumps(est) + "\n")
         return 0
-    flavor = est.get("flavor") or "(no eligible flavor)"
-    print(
-        f"{est.get('quantity')} × {est.get('resource')} on {flavor} for at most "
-        f"{duration(est.get('maxRuntimeSeconds'))}: {float(est.get('gpuHours', 0)):.4g} GPU-hours, "
-        f"{money(est.get('costUsd'))} ({money(est.get('pricePerHourUsd'))} per hour)",
-        file=out,
-    )
+    hours = f"{float(est.get('gpuHours', 0)):.4g} GPU-hours"
+    runtime = duration(est.get("maxRuntimeSeconds"))
+    what = f"{est.get('quantity')} × {est.get('resource')}"
+    if not est.get("flavor"):
+        print(f"{what} for at most {runtime}: {hours}; no eligible flavor, no price", file=out)
+    elif request.get("flavor") in (None, "", "any"):
+        # the queue picks the flavor: the price is that of the dearest it could land on
+        print(f"{what} on any flavor for at most {runtime}: {hours}, up to {money(est.get('costUsd'))} "
+              f"(up to {money(est.get('pricePerHourUsd'))} per hour, on {est['flavor']}, the dearest "
+              f"it could get)", file=out)
+    else:
+        print(f"{what} on {est['flavor']} for at most {runtime}: {hours}, {money(est.get('costUsd'))} "
+              f"({money(est.get('pricePerHourUsd'))} per hour)", file=out)
     return 0
 
 
@@ -387,7 +446,10 @@ def _add_estimate(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
         parents=[server, as_json],
         help="what a job would cost (nothing is submitted)",
         description="Estimate a job's cost: requested GPUs × --max-runtime × the flavor's price "
-        "per GPU-hour (the dearest eligible flavor when it is not chosen).",
+        "per GPU-hour (the dearest eligible flavor when it is not chosen: an upper bound). No "
+        "script or command is needed; one given is ignored.",
+        epilog="example:\n  jupyter gpuqueue estimate --gpus 2 --flavor nvidia-h100 --max-runtime 2h",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_job_arguments(p)
 

@@ -89,12 +89,13 @@ def split_job_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[li
 
 def parse_args(parser: ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """Parse a command line; ``submit``/``estimate`` take options before or after the job
-    (``submit train.py --gpus 2``), see :func:`split_job_argv`."""
+    (``submit train.py --gpus 2``), see :func:`split_job_argv`. ``submit`` needs a script or
+    command (UsageError, field ``target``); ``estimate`` does not (``args.target`` is then ``[]``)."""
     if argv and argv[0] in ("submit", "estimate"):
         sub = parser.subcommands[argv[0]]  # type: ignore[attr-defined]
         opts, target = split_job_argv(sub, argv[1:])
         args = sub.parse_args(opts)
-        if not target:
+        if not target and argv[0] == "submit":  # an estimate needs no command
             raise UsageError(
                 "a script or command to run is required", field="target", usage=sub.format_usage()
             )
@@ -132,7 +133,7 @@ def run(
             return fn(args, out, err, stdin)
         return fn(args, out, err, stdin, client=client)
     except GpuQueueError as e:
-        print(f"{prog} {args.command}: error: {e}", file=err)
+        print(f"{prog} {args.command}: error: {jobs.error_text(e, args.command)}", file=err)
         return 2
 
 
