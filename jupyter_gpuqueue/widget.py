@@ -1,7 +1,8 @@
 """The kernel-side job handle (:class:`GpuJob`) and its live ipywidgets view (:class:`GpuJobWidget`).
 
 ``%%gpujob`` returns a :class:`GpuJob`; displayed in a notebook it shows a :class:`GpuJobWidget`
-under the cell: state, 1-based queue position, pending reason, flavor and devices, cost so far,
+under the cell: state, 1-based queue position, pending reason, the estimated start ("starts in
+~12 min (5–30 min)", what it waits for, faster options), flavor and devices, cost so far,
 estimated cost, a Cancel button and the tail of the job's output. It updates live from the
 server's event stream (a daemon thread reading :meth:`GpuQueueClient.events`), and falls back to
 polling every second if the websocket cannot be used. Cost so far and the output are polled
@@ -16,6 +17,7 @@ from __future__ import annotations
 import html
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from .errors import GpuQueueError
@@ -32,9 +34,157 @@ _STATE_COLOURS = {
 
 
 def _money(value: Any) -> str:
-    from .cli import money
+    """USD to the cent, as the panel shows it: ``$0.00``, ``< $0.01`` (above zero, below half a
+    cent), ``$1,234.50``; ``-`` for None."""
+    if value is None:
+        return "-"
+    v = float(value)
+    if 0 < v < 0.005:
+        return "< $0.01"
+    return f"${v:,.2f}"
 
-    return money(value)
+
+# -- estimated start times, in the words of the panel (labextension/src/estimate.ts) -------------
+
+ESTIMATE_CAVEAT = (
+    "An estimate assumes nothing else happens: it cannot foresee higher-priority work that "
+    "arrives later, the preemptions such work causes, run times far from the prediction, or "
+    "quota and configuration edits."
+)
+DUE_GRACE_SECONDS = 120.0
+_REASON_WORDS = {
+    "NotYetEstimated": "start time not estimated yet",
+    "BudgetExceeded": "held: the team's budget is spent, no start before it resets",
+    "ExceedsMaxQuota": "cannot start: it asks for more than its queue can ever give",
+    "Inactive": "cannot start: its ClusterQueue is inactive",
+    "Misconfigured": "cannot start: its queue is misconfigured",
+    "NotWithinHorizon": "no start in sight within the time the estimator looks ahead",
+    "PreemptionLivelock": "no estimate: the queue would preempt back and forth",
+}
+
+
+def rough_duration(seconds: float) -> str:
+    """45 → ``< 1 min``, 720 → ``12 min``, 7800 → ``2 h 10 min``, 100000 → ``1 d 4 h``."""
+    s = max(0.0, float(seconds))
+    if s < 60:
+        return "< 1 min"
+    if s < 3600 - 30:
+        return f"{max(1, round(s / 60))} min"
+    if s < 86400 - 150:
+        fives = round(s / 300)
+        h, m = divmod(fives, 12)
+        return f"{h} h {m * 5} min" if m else f"{h} h"
+    hours = round(s / 3600)
+    d, h = divmod(hours, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
+def approx_duration(seconds: float) -> str:
+    """``~12 min``, ``~2 h 10 min``, ``< 1 min``."""
+    text = rough_duration(seconds)
+    return text if text.startswith("<") else "~" + text
+
+
+def clock_time(epoch: float, now: Optional[float] = None) -> str:
+    """``10:42`` in the kernel's local time; another day adds the weekday (``Tue 10:42``), a week
+    or more away the date (``3 Dec 10:42``)."""
+    at = datetime.fromtimestamp(epoch).astimezone()
+    today = datetime.fromtimestamp(time.time() if now is None else now).astimezone()
+    text = at.strftime("%H:%M")
+    if at.date() == today.date():
+        return text
+    if abs((at - today).total_seconds()) < 6 * 86400:
+        return f"{at.strftime('%a')} {text}"
+    return f"{at.day} {at.strftime('%b')} {text}"
+
+
+def range_text(early: float, late: Optional[float], now: float) -> Optional[str]:
+    """``5–30 min``, ``45 min – 2 h 10 min``, ``up to 30 min``, ``5 min or later`` (no upper
+    bound); None when the bounds read alike."""
+    a = max(0.0, early - now)
+    if late is None:
+        return None if a < 60 else f"{rough_duration(a)} or later"
+    b = max(0.0, late - now)
+    if b < 60:
+        return None
+    lo, hi = rough_duration(a), rough_duration(b)
+    if lo == hi:
+        return None
+    if a < 60:
+        return f"up to {hi}"
+    if lo.endswith(" min") and hi.endswith(" min") and "h" not in lo + hi:
+        return f"{lo[:-4]}–{hi}"
+    return f"{lo} – {hi}"
+
+
+def start_words(wl: dict, now: Optional[float] = None) -> Optional[str]:
+    """``starts in ~12 min (5–30 min)``, ``starts any moment now``, ``start overdue (expected
+    ~10:42)``; None without an estimate (or when not pending)."""
+    at = wl.get("estimatedStartAt")
+    if at is None or wl.get("state") != "Pending":
+        return None
+    now = time.time() if now is None else now
+    rng = wl.get("estimatedStartRange") or None
+    if at > now:
+        text = f"starts in {approx_duration(at - now)}"
+        if rng:
+            late = rng.get("late")
+            r = range_text(min(rng["early"], at), None if late is None else max(late, at), now)
+            if r:
+                text += f" ({r})"
+        return text
+    late = (rng or {}).get("late")
+    if now <= max(at if late is None else late, at + DUE_GRACE_SECONDS):
+        return "starts any moment now"
+    return f"start overdue (expected ~{clock_time(at, now)})"
+
+
+def no_estimate_words(wl: dict) -> Optional[str]:
+    """Why a pending workload has no estimate, in words; None when it has one."""
+    if wl.get("state") != "Pending" or wl.get("estimatedStartAt") is not None:
+        return None
+    reason = wl.get("estimateReason")
+    if not reason:
+        return None
+    return _REASON_WORDS.get(reason) or wl.get("estimateMessage") or reason
+
+
+def waiting_for_text(wf: dict, user: Optional[str] = None, now: Optional[float] = None) -> str:
+    """``2 × nvidia-a100 from team-b/train-x (ends ~10:42)``; ``a team-b workload`` for a hidden
+    name."""
+    now = time.time() if now is None else now
+    if wf.get("name"):
+        who = f"{wf.get('namespace')}/{wf['name']}"
+        if user and wf.get("owner") == user:
+            who = "your " + who
+    else:
+        who = f"a {wf.get('namespace')} workload"
+    end = wf.get("expectedEndAt")
+    when = f"ends ~{clock_time(end, now)}" if end is not None and end > now else "ends any moment"
+    queued = "queued, " if wf.get("kind") == "pending" else ""
+    what = f"{wf['summary']} from " if wf.get("summary") else ""
+    return f"{what}{who} ({queued}{when})"
+
+
+def faster_option_text(o: dict, now: Optional[float] = None) -> str:
+    """The server's summary (``nvidia-l4 is free now: start at once, $0.81/h``), else one built
+    from the option's fields."""
+    if o.get("summary"):
+        return o["summary"]
+    now = time.time() if now is None else now
+    if o.get("migProfile"):
+        what = f"{o.get('gpus', 1)} × MIG {o['migProfile']}" + (f" on {o['flavor']}" if o.get("flavor") else "")
+    else:
+        what = f"{o.get('gpus', 1)} × {o.get('flavor') or 'GPU'}"
+    when = ("is free now: start at once" if o.get("startsNow")
+            else f"would start in {approx_duration(float(o.get('estimatedStartAt') or now) - now)}")
+    return f"{what} {when}, {_money(o.get('pricePerHourUsd'))}/h"
+
+
+def _epoch_to_datetime(value: Any) -> Optional[datetime]:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(float(value), tz=timezone.utc).astimezone()
 
 
 def _flavors(workload: dict) -> str:
@@ -63,10 +213,13 @@ class GpuJobWidget:
     ``.box`` is the ipywidgets ``VBox``; ``.cancel_button`` calls ``on_cancel()`` when clicked.
     """
 
-    def __init__(self, workload: dict, on_cancel: Optional[Callable[[], Any]] = None):
+    def __init__(
+        self, workload: dict, on_cancel: Optional[Callable[[], Any]] = None, user: Optional[str] = None
+    ):
         import ipywidgets as w
 
         self._on_cancel = on_cancel
+        self.user = user  # "your team-a/x" in what a pending job waits for
         self.header = w.HTML()
         self.details = w.HTML()
         self.error = w.HTML()
@@ -112,6 +265,7 @@ class GpuJobWidget:
             if wl.get("reason") and (wl["reason"] != "Pending" or wl.get("message")):
                 reason = wl["reason"] + (f": {wl['message']}" if wl.get("message") else "")
                 rows.append(("Reason", reason))
+            rows.extend(self._estimate_rows(wl))
         elif state == "Failed" and wl.get("message"):
             rows.append(("Reason", f"{wl.get('reason') or ''}: {wl['message']}"))
         rows.append(("Requests", _requests(wl) or "–"))
@@ -119,7 +273,7 @@ class GpuJobWidget:
         if flavors:
             devices = wl.get("visibleDevices")
             rows.append(("Flavor", flavors + (f" · CUDA_VISIBLE_DEVICES={devices}" if devices else "")))
-        rows.append(("Cost so far", _money(wl.get("costUsd"))))
+        rows.append(("Cost" if state in TERMINAL_STATES else "Cost so far", _money(wl.get("costUsd"))))
         est = _money(wl.get("estimatedCostUsd"))
         if wl.get("pricePerHourUsd"):
             est += f" (max runtime at {_money(wl.get('pricePerHourUsd'))}/h)"
@@ -129,12 +283,46 @@ class GpuJobWidget:
         if wl.get("exitCode") is not None:
             rows.append(("Exit code", str(wl["exitCode"])))
         self.details.value = "<table style='font-size:90%'>" + "".join(
-            f"<tr><td style='padding-right:1em;color:#666'>{html.escape(k)}</td>"
-            f"<td>{html.escape(str(v))}</td></tr>"
-            for k, v in rows
+            f"<tr><td style='padding-right:1em;opacity:0.75'>{html.escape(row[0])}</td>"
+            + (f"<td title='{html.escape(row[2], quote=True)}' style='cursor:help'>" if len(row) > 2 else "<td>")
+            + f"{html.escape(str(row[1]))}</td></tr>"
+            for row in rows
         ) + "</table>"
         self.cancel_button.disabled = state in TERMINAL_STATES
         self.cancel_button.layout.visibility = "hidden" if state in TERMINAL_STATES else "visible"
+
+    def _estimate_rows(self, wl: dict) -> list[tuple]:
+        """The estimated start of a pending workload, as the panel's job card shows it:
+        ``Starts``: ``starts in ~12 min (5–30 min)`` (its tooltip: the clock times and what an
+        estimate cannot foresee) or why there is none; ``Waiting for``; ``Faster``."""
+        now = time.time()
+        rows: list[tuple] = []
+        words = start_words(wl, now)
+        tip = [ESTIMATE_CAVEAT]
+        if wl.get("estimatedStartAt") is not None:
+            rng = wl.get("estimatedStartRange") or None
+            first = f"Estimated start ~{clock_time(wl['estimatedStartAt'], now)}"
+            if rng and rng.get("late") is not None:
+                first += f" (between {clock_time(rng['early'], now)} and {clock_time(rng['late'], now)})"
+            elif rng:
+                first += f" (not before {clock_time(rng['early'], now)})"
+            tip.insert(0, first + (" — approximate: from the mirrored Kueue queue" if wl.get("estimateApproximate") else ""))
+        message = wl.get("estimateMessage") or ""
+        if "cannot foresee" in message:
+            tip[-1] = message  # the server's own caveat
+        elif message:
+            tip.insert(len(tip) - 1, message)
+        if words:
+            rows.append(("Starts", words + (" · approximate" if wl.get("estimateApproximate") else ""), "\n".join(tip)))
+            for i, wf in enumerate(wl.get("waitingFor") or []):
+                rows.append(("Waiting for" if i == 0 else "", waiting_for_text(wf, self.user, now)))
+        else:
+            none = no_estimate_words(wl)
+            if none:
+                rows.append(("Starts", none, "\n".join(tip)))
+        for i, o in enumerate(wl.get("fasterOptions") or []):
+            rows.append(("Faster" if i == 0 else "", faster_option_text(o, now)))
+        return rows
 
     def set_log(self, tail: str) -> None:
         """Show ``tail`` (the last lines of the job's output)."""
@@ -156,7 +344,9 @@ class GpuJob:
     """A handle on one submitted workload, from ``%%gpujob`` / ``%gpujob submit``.
 
     Attributes: ``name``, ``namespace``, ``info`` (the latest Workload dict), ``state``,
-    ``cost_usd`` (USD so far), ``widget`` (a :class:`GpuJobWidget` or None).
+    ``cost_usd`` (USD so far), ``widget`` (a :class:`GpuJobWidget` or None); while pending,
+    ``estimated_start`` (a timezone-aware datetime or None), ``estimated_start_range``,
+    ``waiting_for``, ``faster_options`` and ``estimate_reason``.
     Methods: :meth:`wait`, :meth:`refresh`, :meth:`logs`, :meth:`cancel`, :meth:`close`.
 
     ``watch``: keep ``info`` (and the widget) current from a background thread.
@@ -190,7 +380,7 @@ class GpuJob:
         self.widget: Optional[GpuJobWidget] = None
         if widget:
             try:
-                self.widget = GpuJobWidget(self._info, on_cancel=self.cancel)
+                self.widget = GpuJobWidget(self._info, on_cancel=self.cancel, user=self._info.get("owner"))
             except ImportError:
                 self.widget = None
         if self._info.get("state") in TERMINAL_STATES:
@@ -223,6 +413,57 @@ class GpuJob:
     def cost_usd(self) -> float:
         """Cost so far in USD (final once the job has finished)."""
         return float(self._info.get("costUsd") or 0.0)
+
+    @property
+    def estimated_start(self) -> Optional[datetime]:
+        """When the pending job is expected to start: a timezone-aware datetime (local time), or
+        None (not pending, or no estimate: :attr:`estimate_reason` says why). An estimate, not a
+        promise: it cannot foresee higher-priority work that arrives later, the preemptions that
+        causes, run times far from the predicted ones, or quota edits."""
+        if self.state != "Pending":
+            return None
+        return _epoch_to_datetime(self._info.get("estimatedStartAt"))
+
+    @property
+    def estimated_start_range(self) -> Optional[tuple[datetime, Optional[datetime]]]:
+        """``(early, late)``: the range of the estimate as timezone-aware datetimes (``late`` None
+        when it has no upper bound), or None."""
+        rng = self._info.get("estimatedStartRange") if self.state == "Pending" else None
+        if not rng:
+            return None
+        return (_epoch_to_datetime(rng["early"]), _epoch_to_datetime(rng.get("late")))
+
+    @property
+    def waiting_for(self) -> list[dict]:
+        """What the pending job waits for (at most three workloads): dicts with ``namespace``,
+        ``name`` (None for another team's workload), ``owner``, ``kind`` (``running`` /
+        ``pending``), ``summary`` (``2 × nvidia-a100``), ``expectedEndAt`` (epoch seconds) and
+        ``expected_end`` (a timezone-aware datetime)."""
+        if self.state != "Pending":
+            return []
+        out = []
+        for wf in self._info.get("waitingFor") or []:
+            item = dict(wf)
+            item["expected_end"] = _epoch_to_datetime(wf.get("expectedEndAt"))
+            out.append(item)
+        return out
+
+    @property
+    def faster_options(self) -> list[dict]:
+        """Requests that would start sooner (another flavor, MIG profile, fewer GPUs): dicts with
+        ``flavor``, ``migProfile``, ``gpus``, ``estimatedStartAt``, ``startsNow``,
+        ``pricePerHourUsd`` and ``summary``."""
+        if self.state != "Pending":
+            return []
+        return [dict(o) for o in self._info.get("fasterOptions") or []]
+
+    @property
+    def estimate_reason(self) -> Optional[str]:
+        """Why a pending job has no estimate (``NotYetEstimated``, ``BudgetExceeded``,
+        ``ExceedsMaxQuota``, ``Inactive``, ``Misconfigured``, ``NotWithinHorizon``), else None."""
+        if self.state != "Pending":
+            return None
+        return self._info.get("estimateReason")
 
     @property
     def done(self) -> bool:
@@ -292,6 +533,10 @@ class GpuJob:
             text += f", position {int(wl['positionInClusterQueue']) + 1}"
             if wl.get("reason") and wl["reason"] != "Pending":
                 text += f" ({wl['reason']})"
+        if state == "Pending":
+            words = start_words(wl) or no_estimate_words(wl)
+            if words:
+                text += f", {words}"
         flavors = _flavors(wl)
         if flavors:
             text += f", {flavors}"

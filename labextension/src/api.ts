@@ -78,11 +78,49 @@ export interface IWorkload {
   costUsd?: number;
   estimatedCostUsd?: number;
   pricePerHourUsd?: number;
+  /** Pending only: the estimated start (seconds since the epoch), or null (`estimateReason` says why). */
   estimatedStartAt?: number | null;
+  /** Pending only: the range of the estimate (early and late bounds, seconds since the epoch). */
+  estimatedStartRange?: { early: number; late: number | null } | null;
+  /** Pending only: the (at most three) workloads whose end or admission it waits for. */
+  waitingFor?: IWaitingFor[];
+  /** Pending without an estimate: why ("NotYetEstimated", "BudgetExceeded", "ExceedsMaxQuota", …). */
+  estimateReason?: string | null;
+  /** A human sentence for `estimateReason`. */
+  estimateMessage?: string | null;
+  /** When the estimate was computed (seconds since the epoch). */
+  estimateComputedAt?: number | null;
+  /** True where the estimate comes from a mirrored queue (the Kueue-delegated mode). */
+  estimateApproximate?: boolean;
+  /** Another flavor, MIG profile or fewer GPUs that would start sooner. */
+  fasterOptions?: IFasterOption[];
   /** "Job" (default) or "NotebookLease": GPUs held by a notebook server, no process or log. */
   kind?: string;
   /** A preempted lease: when its GPUs are taken back (seconds since the epoch). */
   evictionDeadline?: number | null;
+}
+
+/** A workload that a pending one waits for (the name is null for another team's workload). */
+export interface IWaitingFor {
+  namespace: string;
+  name: string | null;
+  owner: string | null;
+  kind: 'running' | 'pending';
+  expectedEndAt: number;
+  /** What it holds: "2 × nvidia-a100". */
+  summary: string;
+}
+
+/** A request that would start sooner than the submitted one. */
+export interface IFasterOption {
+  flavor: string | null;
+  migProfile: string | null;
+  gpus: number;
+  estimatedStartAt: number;
+  startsNow: boolean;
+  pricePerHourUsd: number;
+  /** "nvidia-l4 is free now: start at once, $0.81/h". */
+  summary: string;
 }
 
 export interface ISubmitRequest {

@@ -107,13 +107,23 @@ export function formatClock(seconds: number): string {
   return h > 0 ? `${h}:${pad(m)}:${pad(sec)}` : `${m}:${pad(sec)}`;
 }
 
-/** USD rounded to cents; sub-cent amounts above zero keep more digits ("$0.004"). */
+/**
+ * USD to the cent: "$0.00" for nothing, "< $0.01" for a cost above zero that rounds to no cent
+ * (a job in its first second, one that failed at once), "$1,234.50" with thousands separators.
+ */
 export function formatUsd(value: number | null | undefined): string {
   const v = value ?? 0;
-  if (v > 0 && v < 0.01) {
-    return `$${v.toFixed(4).replace(/0+$/, '')}`;
+  if (!isFinite(v)) {
+    return '–';
   }
-  return `$${v.toFixed(2)}`;
+  if (v > 0 && v < 0.005) {
+    return '< $0.01';
+  }
+  const text = Math.abs(v).toLocaleString('en-US', {
+    minimumFractionDigits: 2,
+    maximumFractionDigits: 2
+  });
+  return v < 0 && text !== '0.00' ? `-$${text}` : `$${text}`;
 }
 
 /** "nvidia.com/mig-1g.10gb" → "1g.10gb"; null for whole GPUs. */

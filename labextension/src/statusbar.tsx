@@ -8,6 +8,9 @@
  *   ticking between updates at the team's burn rate; styled as a warning once the team's soft
  *   budget share is reached, and as exceeded beyond the budget.
  *
+ * The tooltip names the user's next pending job (the earliest estimated start), its position,
+ * its estimated start with the range, and what it waits for.
+ *
  * Jobs come from the panel's QueueModel, kept current by the event stream; the team's spend is
  * refetched (`gpuqueue/api/budgets`) when a workload or budgets event arrives, and every minute.
  * Clicking the item opens the GPU Queue panel.
@@ -18,6 +21,8 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ReactWidget } from '@jupyterlab/ui-components';
 
 import { budgets, IBudgets, IBudgetStatus, spentNow, usd } from './components/costs/costsApi';
+import { workloadKey } from './api';
+import { clockTime, nextPending, startSummary, waitingForText } from './estimate';
 import { QueueModel } from './model';
 
 export const STATUS_ITEM_ID = 'jupyter-gpuqueue:status';
@@ -46,6 +51,37 @@ export function summarize(model: QueueModel): IStatusSummary {
     }
   }
   return { position, held, running };
+}
+
+/**
+ * The tooltip's first line: the user's next pending job (earliest estimated start, else best
+ * position), its position and its estimated start, and what it waits for.
+ */
+export function nextJobLine(model: QueueModel, nowMs: number): string {
+  const next = nextPending(
+    model.workloads
+      .map(e => e.workload)
+      .filter(w => w.reason !== 'BudgetExceeded' || w.estimatedStartAt != null)
+  );
+  if (!next) {
+    return 'No job of yours is waiting in a queue';
+  }
+  const position =
+    typeof next.positionInClusterQueue === 'number'
+      ? `, #${next.positionInClusterQueue + 1} in ${next.clusterQueue}`
+      : '';
+  const lines = [
+    `Your next pending job: ${workloadKey(next)}${position}`,
+    `  ${startSummary(next, nowMs)}` +
+      (next.estimatedStartAt != null && next.estimatedStartAt * 1000 > nowMs
+        ? `, at ~${clockTime(next.estimatedStartAt, nowMs)}`
+        : '')
+  ];
+  const wf = next.waitingFor?.[0];
+  if (wf && next.estimatedStartAt != null) {
+    lines.push(`  waiting for ${waitingForText(wf, model.info?.user ?? null, nowMs)}`);
+  }
+  return lines.join('\n');
 }
 
 function StatusView(props: { model: QueueModel; onClick: () => void }): JSX.Element {
@@ -106,9 +142,7 @@ function StatusView(props: { model: QueueModel; onClick: () => void }): JSX.Elem
   const state = status?.state ?? 'none';
   const budget = status?.budget;
   const title = [
-    s.position !== null
-      ? `Your next pending job is #${s.position} in its ClusterQueue`
-      : 'No job of yours is waiting in a queue',
+    nextJobLine(model, Date.now()),
     s.held > 0 ? `${s.held} held: the team's hard budget is spent (BudgetExceeded)` : '',
     `${s.running} running`,
     status

@@ -1,2 +1,3 @@
 import './base.css';
 import './costs.css';
+import './estimate.css';

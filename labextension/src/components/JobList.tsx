@@ -13,23 +13,37 @@ import {
   costSoFar,
   describeRequest,
   formatClock,
-  formatDuration,
   formatUsd,
   isFinished
 } from '../format';
+import {
+  clockTime,
+  estimateTooltip,
+  fasterOptionText,
+  noEstimateWords,
+  startWords,
+  waitingForText
+} from '../estimate';
 import { IWorkloadEntry, QueueModel } from '../model';
 
-/** Re-render every `ms` while `active`: drives the cost ticker and run clocks. */
-function useTicker(active: boolean, ms = 1000): number {
+/** The clocks of running jobs tick every second; estimated starts every 15 s. */
+const RUNNING_TICK_MS = 1000;
+const PENDING_TICK_MS = 15000;
+
+/**
+ * Re-render every `ms` (none when null): drives the cost ticker, run clocks and the estimated
+ * starts, which count down from the workload's absolute times without a refetch.
+ */
+function useTicker(ms: number | null): number {
   const [now, setNow] = React.useState(Date.now());
   React.useEffect(() => {
-    if (!active) {
+    if (ms === null) {
       return;
     }
     const t = window.setInterval(() => setNow(Date.now()), ms);
     return () => window.clearInterval(t);
-  }, [active, ms]);
-  return active ? now : Date.now();
+  }, [ms]);
+  return ms !== null ? Math.max(now, Date.now()) : Date.now();
 }
 
 export function StateBadge(props: { state: string }): JSX.Element {
@@ -48,7 +62,11 @@ export function JobList(props: {
 }): JSX.Element {
   const entries = props.model.workloads;
   const anyRunning = entries.some(e => e.workload.state === 'Running');
-  const now = useTicker(anyRunning);
+  const anyPending = entries.some(e => e.workload.state === 'Pending');
+  const now = useTicker(
+    anyRunning ? RUNNING_TICK_MS : anyPending ? PENDING_TICK_MS : null
+  );
+  const user = props.model.info?.user ?? null;
   if (entries.length === 0) {
     return (
       <div className="jp-gpuqueue-muted jp-gpuqueue-empty">
@@ -65,6 +83,7 @@ export function JobList(props: {
           entry={e}
           model={props.model}
           now={now}
+          user={user}
           highlight={props.highlight === workloadKey(e.workload)}
         />
       ))}
@@ -76,6 +95,7 @@ function JobRow(props: {
   entry: IWorkloadEntry;
   model: QueueModel;
   now: number;
+  user: string | null;
   highlight: boolean;
 }): JSX.Element {
   const { workload: w, receivedAt } = props.entry;
@@ -170,14 +190,7 @@ function JobRow(props: {
               {w.message ? ` — ${w.message}` : ''}
             </div>
           )}
-          {w.estimatedStartAt != null && (
-            <div className="jp-gpuqueue-muted">
-              estimated start{' '}
-              {w.estimatedStartAt * 1000 > now
-                ? `in ${formatDuration(w.estimatedStartAt - now / 1000)}`
-                : 'soon'}
-            </div>
-          )}
+          <StartEstimate w={w} now={now} user={props.user} />
         </>
       )}
 
@@ -250,6 +263,82 @@ function JobRow(props: {
       {showLogs && !lease && <LogView model={model} workload={w} />}
     </li>
   );
+}
+
+/**
+ * A pending job's estimated start: "starts in ~12 min (5–30 min)", what it waits for ("waiting
+ * for 2 × nvidia-a100 from team-b/train-x (ends ~10:42)"), or why there is no estimate; then the
+ * faster options ("nvidia-l4 is free now: start at once, $0.81/h"). The tooltip says how the
+ * estimate was made and what it cannot foresee.
+ */
+export function StartEstimate(props: {
+  w: IWorkload;
+  now: number;
+  user: string | null;
+}): JSX.Element | null {
+  const { w, now, user } = props;
+  const words = startWords(w, now);
+  const none = words ? null : noEstimateWords(w);
+  const waiting = w.waitingFor ?? [];
+  const faster = w.fasterOptions ?? [];
+  if (!words && !none && faster.length === 0) {
+    return null;
+  }
+  const tooltip = estimateTooltip(w, now);
+  return (
+    <div className="jp-gpuqueue-eta" data-phase={words?.phase ?? 'none'}>
+      {words && (
+        <div className="jp-gpuqueue-eta-start" title={tooltip}>
+          <span className="jp-gpuqueue-eta-when">{words.text}</span>
+          {words.range && (
+            <span className="jp-gpuqueue-eta-range"> ({words.range})</span>
+          )}
+          {w.estimateApproximate && (
+            <span className="jp-gpuqueue-eta-approx"> · approximate</span>
+          )}
+        </div>
+      )}
+      {none && (
+        <div
+          className="jp-gpuqueue-eta-none"
+          data-reason={w.estimateReason ?? undefined}
+          title={tooltip}
+        >
+          {none}
+        </div>
+      )}
+      {words && waiting.length > 0 && (
+        <ul className="jp-gpuqueue-eta-waiting">
+          {waiting.map((wf, i) => (
+            <li key={`${wf.namespace}/${wf.name ?? i}`}>
+              {i === 0 ? 'waiting for ' : 'and '}
+              {waitingForText(wf, user, now)}
+            </li>
+          ))}
+        </ul>
+      )}
+      {faster.length > 0 && (
+        <ul className="jp-gpuqueue-eta-faster" aria-label="Faster ways to start">
+          {faster.map((o, i) => (
+            <li
+              key={`${o.flavor}/${o.migProfile}/${o.gpus}/${i}`}
+              data-flavor={o.flavor ?? undefined}
+              title={`${startsAt(o.startsNow, o.estimatedStartAt, now)} Cancel this job and submit it again with these options to take it.`}
+            >
+              <span className="jp-gpuqueue-eta-faster-label">faster: </span>
+              {fasterOptionText(o, now)}
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
+function startsAt(startsNow: boolean, at: number, now: number): string {
+  return startsNow || at * 1000 <= now
+    ? 'It would start at once.'
+    : `It would start at ~${clockTime(at, now)}.`;
 }
 
 /** Why a job failed or was cancelled: exit code, reason, message, without repeats. */
