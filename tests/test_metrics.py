@@ -86,6 +86,16 @@ async def test_metrics_follow_the_queue_and_the_ledger(jp_fetch, gpuqueue_servic
     assert value(fams, "gpuqueue_budget_held_workloads", namespace="team-b") == 1
     assert value(fams, "gpuqueue_flavor_capacity_gpus", flavor="gpu") == 2.0
     assert value(fams, "gpuqueue_flavor_idle_gpu_hours", flavor="gpu") > 0
+    # The waiter's estimated wait: the blocker's declared maximum run time (5 min), at most.
+    for _ in range(100):
+        fams = await scrape(jp_fetch, "gpuqueue", "metrics")
+        est = fams.get("gpuqueue_workload_estimated_wait_seconds", {})
+        if est:
+            break
+        await asyncio.sleep(0.1)
+    waiting = value(fams, "gpuqueue_workload_estimated_wait_seconds", namespace="team-a", name="waiter",
+                    cluster_queue="team-a-cq")
+    assert 0 < waiting <= 300
 
     # Nothing drifts: cancel the blocker and the figures follow the state.
     await ok(jp_fetch, "workloads", "team-a", "blocker", method="DELETE")

@@ -281,6 +281,8 @@ class WorkloadsHandler(GpuQueueHandler):
                     )
         owner = self.user if self.bool_argument("mine") else None
         items = self.service.list_workloads(namespace=namespace, owner=owner, states=states)
+        if has_scope(self, ADMIN_SCOPE):  # admins see whom every estimate waits for, by name
+            items = [self.service.estimates.reveal_waiting_for(v) for v in items]
         self.write_json({"items": items})
 
     @web.authenticated
@@ -354,7 +356,10 @@ class WorkloadHandler(GpuQueueHandler):
     async def get(self, namespace: str, name: str):
         """One Workload (404 NotFound)."""
         require_scope(self, SUBMIT_SCOPE)
-        self.write_json(self.service.get_workload(namespace, name))
+        view = self.service.get_workload(namespace, name)
+        if has_scope(self, ADMIN_SCOPE):  # admins see whom the estimate waits for, by name
+            view = self.service.estimates.reveal_waiting_for(view)
+        self.write_json(view)
 
     @web.authenticated
     @authorized

@@ -23,6 +23,7 @@ or reset at a restart. Names follow Kueue's (``pkg/metrics/metrics.go``) where o
 ``gpuqueue_flavor_capacity_gpus``           gauge      flavor (GPU-equivalents in the inventory)
 ``gpuqueue_flavor_idle_gpu_hours``          gauge      flavor (this UTC month, to date)
 ``gpuqueue_flavor_idle_cost_usd``           gauge      flavor (this UTC month, to date)
+``gpuqueue_workload_estimated_wait_seconds``  gauge    namespace, name, cluster_queue (pending, estimated)
 ==========================================  =========  ==========================================
 
 Resource values are in Kueue's units: devices for GPUs and MIG slices, cores for ``cpu``, bytes
@@ -156,6 +157,14 @@ class QueueCollector:
                         if rq.lending_limit is not None:
                             lending.add_metric(lv, _value(rq.name, rq.lending_limit))
         yield from (usage, nominal, borrowing, lending)
+
+        wait = GaugeMetricFamily("gpuqueue_workload_estimated_wait_seconds", "Seconds from now until a "
+                                 "pending workload is expected to be admitted (docs/estimates.md; pending "
+                                 "workloads with an estimate only)", labels=["namespace", "name", "cluster_queue"])
+        estimates = getattr(service, "estimates", None)
+        for ns, name, cq, seconds in (estimates.gauge_items() if estimates is not None else ()):
+            wait.add_metric([ns, name, cq], seconds)
+        yield wait
 
         yield from self._ledger_families(service, now, cq_names, held)
 

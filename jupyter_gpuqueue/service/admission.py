@@ -80,6 +80,10 @@ class Admission:
     # Jobs started per event-loop turn (see _launch_some).
     launch_chunk = 1
 
+    # Called with (record, engine Workload or None) when a workload ends (QueueService wires the
+    # start-time estimates' run-time history here).
+    on_finished = None
+
     def schedule(self, now: float) -> None:
         if self.delegated:
             return self.schedule_delegated(now)
@@ -415,7 +419,9 @@ class Admission:
         key = f"{rec['namespace']}/{rec['name']}"
         if in_scheduler:
             self.conf.scheduler.remove_workload(key)
-        self.live.engine_workloads.pop(uid, None)
+        wl = self.live.engine_workloads.pop(uid, None)
+        if self.on_finished is not None:
+            self.on_finished(rec, wl)  # run times for the start-time estimates (service/estimates.py)
         self.live.dirty = True
         self.events.emit_workload(uid)
         self.events.emit_coalesced("queues")  # one per moment, however many jobs end or are evicted

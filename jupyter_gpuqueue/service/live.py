@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from ..engine import serialize
 from ..engine.model import ClusterConfig, Workload
+from ..engine.runtime_model import COMMAND_ANNOTATION, OWNER_LABEL
 from ..errors import NotFound
 
 if TYPE_CHECKING:
@@ -76,8 +77,10 @@ class LiveState:
 
 
 def engine_workload(row: dict) -> Workload:
-    """The engine Workload of a ledger row (its admission is not set)."""
+    """The engine Workload of a ledger row (its admission is not set). Its owner and command are
+    kept as the label / annotation the run-time history reads (engine/runtime_model.py)."""
     spec = row["spec"]
+    command = spec.get("command") or []
     return Workload(
         namespace=row["namespace"],
         name=row["name"],
@@ -88,4 +91,6 @@ def engine_workload(row: dict) -> Workload:
         creation_time=row["created_at"],
         uid=row["uid"],
         maximum_execution_time_seconds=spec.get("maxRuntimeSeconds"),
+        labels={OWNER_LABEL: row.get("owner") or ""},
+        annotations={COMMAND_ANNOTATION: " ".join(command) if isinstance(command, list) else str(command)},
     )

@@ -16,7 +16,8 @@ QueueService owns the live state (``live.py``: the configuration in force, ``con
 tracked workloads, ``live``), the ledger, the backend and the clock, runs the loop (``tick``), and
 wires the collaborators, each given only what it works with (its docstring lists them):
 ``checks``, ``submissions``, ``intake``, ``admission``, ``recovery``, ``views``, ``logs``,
-``configuration``, ``costs``, ``billing``, ``teams`` and ``events``. Its public methods are the API
+``configuration``, ``costs``, ``billing``, ``teams``, ``events`` and ``estimates`` (estimated start
+times, computed on a worker thread). Its public methods are the API
 the server, the hub and the tests use; each hands the call to the collaborator that does it. Its
 attributes ``config``, ``prices``, ``scheduler``, ``clock``, ``budgets`` and the loop's flags read
 and write ``conf`` / ``live``, so that a collaborator sees a change made through the service (a
@@ -45,6 +46,7 @@ from .billing import Billing
 from .checks import RequestChecks
 from .configuration import Configuration
 from .costs import Costs
+from .estimates import Estimates
 from .events import EventHub
 from .intake import Intake
 from .live import LiveConfig, LiveState, engine_workload
@@ -151,6 +153,10 @@ class QueueService:
         self.recovery = Recovery(conf, live, ledger, backend, self.costs, self.admission, self.logs, self.log,
                                  stop_grace_seconds=stop_grace_seconds)
         self.configuration = Configuration(conf, live, ledger, self.events, wake, self.log)
+        self.estimates = Estimates(conf, live, ledger, self.checks, self.costs, self.events, self.log,
+                                   delegated=self.delegated)
+        self.views.estimates = self.estimates
+        self.admission.on_finished = self.estimates.observe_finished
 
     # -- attributes kept where the collaborators share them (``_kept_in``) --------------------------------
     config = _kept_in("conf", "config", "The queue configuration in force (``apply_config`` replaces it).")
@@ -177,6 +183,11 @@ class QueueService:
         if self.live.started:
             return
         self.recovery.restore()
+        try:
+            self.estimates.seed_history()
+        except Exception:  # pragma: no cover - estimates fall back to declared run times
+            self.log.warning("gpuqueue: could not read past run times for the estimates", exc_info=True)
+        self.estimates.enabled = True
         from ..ledger.group_commit import GroupCommitter
 
         self.live.committer = GroupCommitter(self.ledger)
@@ -189,6 +200,7 @@ class QueueService:
 
     async def stop(self) -> None:
         """Stop the loop. Running jobs keep running; the next start adopts them."""
+        self.estimates.close()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -262,6 +274,9 @@ class QueueService:
         if self.live.dirty:
             self.live.dirty = False
             self.admission.schedule(now)
+            self.estimates.changed()  # debounced; computed on a worker thread (service/estimates.py)
+        else:
+            self.estimates.tick()
 
     def track(self, row: dict, wl: Workload) -> None:
         """:meth:`LiveState.track`."""

@@ -40,6 +40,7 @@ class Views:
     server sets it)."""
 
     mode = "standalone"
+    estimates = None  # service/estimates.py's Estimates (QueueService sets it): the view's estimate fields
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", inventory: "Inventory",
                  teams: "Teams", billing: "Billing", checks: "RequestChecks", *, delegated: bool,
@@ -322,7 +323,7 @@ class Views:
             "costUsd": round(cost, 6),
             "estimatedCostUsd": round(per_hour * max_rt / 3600.0, 6),
             "pricePerHourUsd": round(per_hour, 6),
-            "estimatedStartAt": None,
+            **(self.estimates.fields(rec) if self.estimates is not None else {}),
             "acceptSpot": bool(spec.get("acceptSpot")),
             "budgetWarning": self.conf.budgets.warning(rec["namespace"], now) if self.conf.budgets is not None else None,
         }

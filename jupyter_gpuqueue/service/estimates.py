@@ -1,0 +1,532 @@
+"""Estimated start times in the live service (issue 14; docs/estimates.md, "For the service").
+
+For every pending workload (jobs and notebook leases) the view carries ``estimatedStartAt``,
+``estimatedStartRange``, ``waitingFor``, ``estimateReason`` / ``estimateMessage`` and
+``fasterOptions`` (:meth:`Estimates.fields`). They come from the engine's estimator
+(:func:`..engine.estimate.estimate_starts`: the live Scheduler copied and run forward with predicted
+run times), computed here:
+
+- **When.** After a change (:meth:`Estimates.changed`: the loop calls it when a tick scheduled,
+  and on submissions, ends, preemptions, configuration and budget changes, which all wake the
+  loop), debounced: at most once every ``min_interval`` seconds (1 s), and at least every
+  ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job that has
+  outlived its history is expected to run longer).
+- **Where.** The copy (:func:`..engine.snapshot.snapshot`) is taken on the event loop, which owns
+  the Scheduler; the forward run happens on one worker thread (``ThreadPoolExecutor(1)``), which
+  alone owns the run-time model. The result is published back on the loop; a result computed from
+  a snapshot older than the one already published is dropped. Workloads whose estimate changed
+  materially (more than ``max(60 s, 10 %)`` of the wait, a new reason, other workloads waited for)
+  get a ``workload`` event, so panels update without polling.
+- **Run times.** :class:`..engine.runtime_model.HistoryRuntime` keyed by (team, owner, command,
+  shape), then (team, shape), team, everything; seeded at start from the ledger's finished runs
+  (the last ``history_seed_limit``), fed as runs end (``observe_finished``); without history, the
+  declared maximum run time.
+- **Budget holds.** A workload held by its team's hard budget is estimated from the budget's reset
+  (the first second of the next UTC month) when it is held; ``BudgetExceeded`` otherwise.
+- **Deadlines.** A running workload being preempted ends by its eviction deadline; a notebook
+  lease by its maximum run time.
+- **Faster options.** For up to ``faster_options_limit`` pending workloads per refresh whose
+  estimated wait is over ``faster_options_min_wait`` seconds: the same request pinned to another
+  flavor of its ClusterQueue, with another MIG profile, or with fewer GPUs, each estimated by its
+  own forward run with the variant in the workload's place; a variant is offered when it starts at
+  least ``max(60 s, 20 %)`` of the wait sooner (``fasterOptions``: flavor, MIG profile, GPUs, start,
+  price per hour, a sentence).
+- **Kueue mode.** The engine mirrors the installed Kueue's queues; the estimate is computed on the
+  mirror as above and marked ``estimateApproximate``: Kueue, not this engine, decides.
+
+What an estimate cannot foresee is in docs/estimates.md and in ``ESTIMATE_CAVEAT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import logging
+import math
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Optional
+
+from ..engine.estimate import Estimate, estimate_starts
+from ..engine.model import GPU, MIG_PREFIX, Workload
+from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
+from ..engine.snapshot import copy_workload, snapshot
+from .live import engine_workload
+from .states import PENDING
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
+    from .checks import RequestChecks
+    from .costs import Costs
+    from .events import EventHub
+    from .live import LiveConfig, LiveState
+
+ESTIMATE_CAVEAT = ("An estimate assumes nothing else happens: it cannot foresee higher-priority work "
+                   "that arrives later, the preemptions such work causes, run times far from the "
+                   "prediction, or quota and configuration edits.")
+
+NOT_YET = "NotYetEstimated"
+FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
+
+
+def history_keys(wl: Workload) -> tuple:
+    """History keys of a live workload, most specific first: (team, owner, command, shape),
+    (team, shape), (team,), everything. Owner and command come from the label / annotation that
+    :func:`.live.engine_workload` sets."""
+    shape = tuple(sorted(wl.total_requests().items()))
+    ns = wl.namespace
+    return (("owner-command-shape", ns, wl.labels.get(OWNER_LABEL), wl.annotations.get(COMMAND_ANNOTATION), shape),
+            ("namespace-shape", ns, shape), ("namespace", ns), ("all",))
+
+
+def next_month_start(now: float) -> float:
+    """The first second (epoch s) of the UTC month after ``now``: when monthly budgets reset."""
+    t = time.gmtime(now)
+    y, m = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    return float(calendar.timegm((y, m, 1, 0, 0, 0)))
+
+
+def _summary(wl: Workload, flavors: Optional[dict] = None) -> str:
+    """"2 × nvidia-a100", "1 × MIG 1g.10gb", "4 CPU": what ``wl`` holds or asks for."""
+    parts = []
+    for r, q in sorted(wl.total_requests().items()):
+        if r == GPU:
+            flavor = (flavors or {}).get(r)
+            parts.append(f"{q} × {flavor}" if flavor else f"{q} GPU")
+        elif r.startswith(MIG_PREFIX):
+            parts.append(f"{q} × MIG {r[len(MIG_PREFIX):]}")
+    return ", ".join(parts) or "CPU only"
+
+
+def _flavors_of(wl: Workload) -> dict:
+    adm = wl.admission
+    if adm is None:
+        return {}
+    out = {}
+    for a in adm.pod_set_assignments:
+        out.update(a.flavors)
+    return out
+
+
+class Estimates:
+    """The estimates of the pending workloads, kept up to date off the event loop (module docstring).
+
+    Collaborators: ``conf`` (LiveConfig: the Scheduler to copy, configuration, prices, budgets,
+    clock), ``live`` (records, engine workloads), the ``ledger`` (finished runs at start),
+    ``checks`` (variants of a request for faster options), ``costs`` (budget holds), ``events``
+    (workload events when an estimate changes) and ``log``. Settings: ``delegated`` (Kueue mode:
+    estimates are approximate)."""
+
+    min_interval = 1.0  # s between two refreshes at most
+    refresh_interval = 30.0  # s between two refreshes at least (time passing moves predictions)
+    exact_per_queue: Optional[int] = 50  # simulated per ClusterQueue; the rest extrapolated
+    history_seed_limit = 20_000  # finished runs read from the ledger at start
+    faster_options_limit = 20  # workloads per refresh that get variants estimated
+    faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
+    faster_options_seconds = 0.25  # s of worker time per refresh for the variants, at most
+
+    def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", checks: "RequestChecks",
+                 costs: "Costs", events: "EventHub", log: logging.Logger, *, delegated: bool):
+        self.conf, self.live, self.ledger, self.checks = conf, live, ledger, checks
+        self.costs, self.events, self.log = costs, events, log
+        self.delegated = delegated
+        self.enabled = True
+        self.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())  # the worker's only
+        self._observations: deque = deque()  # (Workload, seconds) to feed the model, on the worker
+        self.results: dict[str, Estimate] = {}
+        self.faster: dict[str, list[dict]] = {}
+        self.computed_at: Optional[float] = None
+        self._published_version = -1
+        self._version = 0
+        self._running = False
+        self._dirty = True
+        self._last_start = -math.inf
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._executor: Optional[ThreadPoolExecutor] = None
+        self.refreshes = 0  # completed refreshes (tests, metrics)
+        self.last_duration = 0.0  # s of the last forward run(s) on the worker
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def seed_history(self) -> int:
+        """Feed the model the ledger's finished runs (the last ``history_seed_limit``); returns how
+        many. Called once at start."""
+        rows = self.ledger.list_workloads(states=FINISHED_STATES)
+        n = 0
+        for row in rows[-self.history_seed_limit:]:
+            started, finished = row.get("started_at"), row.get("finished_at")
+            if started is None or finished is None or finished < started:
+                continue
+            self._observations.append((engine_workload(row), finished - started))
+            n += 1
+        return n
+
+    def observe_finished(self, rec: dict, wl: Optional[Workload]) -> None:
+        """A run ended (Admission.finish): its run time feeds the model (on the worker)."""
+        started, finished = rec.get("started_at") or rec.get("admitted_at"), rec.get("finished_at")
+        if started is None or finished is None or finished < started:
+            return
+        self._observations.append((wl if wl is not None else engine_workload(rec), finished - started))
+
+    # -- scheduling of refreshes ---------------------------------------------------------------------
+    def changed(self) -> None:
+        """Something changed: refresh soon (debounced; needs a running event loop, else only
+        marks the estimates stale until :meth:`refresh_now`)."""
+        self._dirty = True
+        if not self.enabled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._schedule(loop)
+
+    def tick(self, now_monotonic: Optional[float] = None) -> None:
+        """Called by every loop tick: refresh at least every ``refresh_interval`` seconds."""
+        t = time.monotonic() if now_monotonic is None else now_monotonic
+        if t - self._last_start >= self.refresh_interval:
+            self.changed()
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._running or self._timer is not None:
+            return  # the refresh under way (or due) will see the change: _done reschedules when dirty
+        wait = self._last_start + self.min_interval - time.monotonic()
+        if wait > 0:
+            self._timer = loop.call_later(wait, self._start, loop)
+        else:
+            self._start(loop)
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if self._running or not self.enabled:
+            return
+        self._dirty = False
+        self._last_start = time.monotonic()
+        self._version += 1
+        try:
+            job = self._prepare()
+        except Exception:  # pragma: no cover - the queue goes on without estimates
+            self.log.exception("gpuqueue: could not prepare the start-time estimates")
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="gpuqueue-estimates")
+        self._running = True
+        fut = loop.run_in_executor(self._executor, self._compute, job)
+        fut.add_done_callback(lambda f: self._done(loop, f))
+
+    def _done(self, loop: asyncio.AbstractEventLoop, fut) -> None:
+        self._running = False
+        try:
+            version, now, results, faster, duration = fut.result()
+        except Exception:
+            self.log.exception("gpuqueue: start-time estimates failed")
+        else:
+            self.last_duration = duration
+            self._publish(version, now, results, faster)
+        if self._dirty and self.enabled and not loop.is_closed():
+            self._schedule(loop)
+
+    def refresh_now(self) -> None:
+        """Compute and publish the estimates at once, on this thread (tests, tools without a loop)."""
+        self._dirty = False
+        self._version += 1
+        version, now, results, faster, duration = self._compute(self._prepare())
+        self.last_duration = duration
+        self._publish(version, now, results, faster)
+
+    def close(self) -> None:
+        """Stop refreshing (the service stops)."""
+        self.enabled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    # -- on the loop: what the worker needs ------------------------------------------------------------
+    def _prepare(self) -> dict:
+        """The snapshot and the inputs that live outside the engine, taken on the loop."""
+        now = self.conf.clock()
+        sched = self.conf.scheduler
+        snap = snapshot(sched)
+        records, live = self.live.records, self.live
+        holds: dict[str, Optional[float]] = {}
+        hold_uids = self.costs.budget_holds
+        for uid in hold_uids:
+            rec = records.get(uid)
+            wl = live.engine_workloads.get(uid)
+            if rec is None or wl is None or rec["state"] != PENDING:
+                continue
+            budget = self.conf.budgets.get(rec["namespace"]) if self.conf.budgets is not None else None
+            if wl.key not in snap.workloads:
+                snap.add_workload(copy_workload(wl))
+            # A hard budget resets with the month; an admin may also raise it (not foreseen).
+            holds[wl.key] = next_month_start(now) if budget is not None else None
+        deadlines: dict[str, float] = {}
+        for key in snap.admitted:
+            uid = live.by_key.get(key)
+            rec = records.get(uid) if uid is not None else None
+            if rec is None:
+                continue
+            deadline = (rec.get("run") or {}).get("evictionDeadline")
+            if deadline:
+                deadlines[key] = float(deadline)
+        pending = [k for k in snap.workloads if k not in snap.admitted]
+        variants = self._variants(snap, pending) if self.faster_options_limit else {}
+        return {"version": self._version, "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
+                "variants": variants}
+
+    # -- on the worker -------------------------------------------------------------------------------
+    def _compute(self, job: dict):
+        t0 = time.perf_counter()
+        obs = self._observations
+        while obs:
+            wl, seconds = obs.popleft()
+            self.model.observe(wl, seconds)
+        snap, now = job["snap"], job["now"]
+        results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
+                                  exact_per_queue=self.exact_per_queue)
+        faster: dict[str, list[dict]] = {}
+        budget = self.faster_options_limit
+        give_up = time.perf_counter() + self.faster_options_seconds
+        for key, options in job["variants"].items():
+            est = results.get(key)
+            if est is None or est.start_at is None or budget <= 0 or time.perf_counter() > give_up:
+                continue
+            wait = est.start_at - now
+            if wait < self.faster_options_min_wait:
+                continue
+            budget -= 1
+            found = []
+            for opt in options:
+                start = self._variant_start(snap, key, opt["workload"], now, job)
+                if start is None or start > est.start_at - max(60.0, 0.2 * wait):
+                    continue
+                found.append(_option_json(opt, start, now))
+            found.sort(key=lambda o: (o["estimatedStartAt"], o["pricePerHourUsd"]))
+            if found:
+                faster[key] = found[:3]
+        return job["version"], now, results, faster, time.perf_counter() - t0
+
+    def _variant_start(self, snap, key: str, variant: Workload, now: float, job: dict) -> Optional[float]:
+        """When ``variant`` would start in ``key``'s place (a copy of ``snap``, one forward run)."""
+        trial = snapshot(snap)
+        trial.remove_workload(key)
+        trial.add_workload(variant)
+        est = estimate_starts(trial, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
+                              keys=[key], ranges=False, max_waiting_for=0)
+        e = est.get(key)
+        return None if e is None else e.start_at
+
+    # -- faster options: the variants of a request -----------------------------------------------------
+    def _variants(self, snap, pending: list[str]) -> dict[str, list[dict]]:
+        """Variants (another flavor, MIG profile, fewer GPUs) of the pending form submissions, the
+        oldest first, at most ``2 × faster_options_limit`` workloads (the worker keeps those
+        whose wait is long enough)."""
+        out: dict[str, list[dict]] = {}
+        cands = sorted((snap.workloads[k] for k in pending), key=lambda w: (-w.priority, w.order_time))
+        for wl in cands:
+            if len(out) >= 2 * self.faster_options_limit:
+                break
+            uid = self.live.by_key.get(wl.key)
+            rec = self.live.records.get(uid) if uid is not None else None
+            if rec is None or rec["spec"].get("source") != "form" or len(wl.pod_sets) != 1:
+                continue
+            try:
+                opts = self._variants_of(rec, wl)
+            except Exception:  # pragma: no cover - a variant that does not validate is not offered
+                self.log.debug("gpuqueue: no variants for %s", wl.key, exc_info=True)
+                continue
+            if opts:
+                out[wl.key] = opts
+        return out
+
+    def _variants_of(self, rec: dict, wl: Workload) -> list[dict]:
+        config = self.conf.config
+        cq_name = rec.get("cluster_queue") or config.local_queues[f"{wl.namespace}/{wl.queue_name}"].cluster_queue
+        cq = config.cluster_queues.get(cq_name)
+        if cq is None:
+            return []
+        ps = wl.pod_sets[0]
+        (resource, qty), = ps.requests.items() if len(ps.requests) == 1 else ((None, None),)
+        if resource is None or not (resource == GPU or resource.startswith(MIG_PREFIX)):
+            return []
+        flavor = rec["spec"].get("flavor") or "any"
+        requests: list[dict] = []
+        if resource == GPU:
+            rg = cq.group_for(GPU)
+            if flavor != "any" and rg is not None:
+                requests += [{"gpus": qty, "flavor": f.name} for f in rg.flavors if f.name != flavor]
+            n = qty // 2
+            while n >= 1:
+                requests.append({"gpus": n, "flavor": flavor})
+                n //= 2
+        else:
+            for r in sorted(self.checks.known_resources()):
+                if r.startswith(MIG_PREFIX) and r != resource and cq.group_for(r) is not None:
+                    requests.append({"migProfile": r[len(MIG_PREFIX):], "flavor": flavor})
+        out = []
+        for req in requests:
+            try:
+                vps = self.checks.pod_set_from_form(req, cq_name)
+            except Exception:
+                continue
+            vps.tolerations = list(ps.tolerations)
+            variant = copy_workload(wl)
+            variant.pod_sets = [vps]
+            variant.admission = None
+            (vr, vq), = vps.requests.items()
+            f = req.get("flavor")
+            f = None if f in (None, "any") else f
+            price_flavor = f or self._cheapest_flavor(cq, vr)
+            out.append({"workload": variant, "flavor": f, "migProfile": req.get("migProfile"),
+                        "gpus": vq if vr == GPU else 0, "resource": vr,
+                        "pricePerHourUsd": self.conf.prices.usd_per_hour(price_flavor, vr, vq) if price_flavor else 0.0,
+                        "fewer": vr == GPU and resource == GPU and vq < qty})
+        return out
+
+    def _cheapest_flavor(self, cq, resource: str) -> Optional[str]:
+        rg = cq.group_for(resource)
+        if rg is None or not rg.flavors:
+            return None
+        return min((f.name for f in rg.flavors), key=lambda f: self.conf.prices.price(f))
+
+    # -- publishing, on the loop -----------------------------------------------------------------------
+    def _publish(self, version: int, now: float, results: dict, faster: dict) -> None:
+        if version <= self._published_version:
+            return  # an older snapshot than what is shown
+        self._published_version = version
+        old, old_faster = self.results, self.faster
+        self.results, self.faster, self.computed_at = results, faster, now
+        self.refreshes += 1
+        by_key, records = self.live.by_key, self.live.records
+        for key, est in results.items():
+            uid = by_key.get(key)
+            rec = records.get(uid) if uid is not None else None
+            if rec is None or rec["state"] != PENDING:
+                continue
+            if _material(old.get(key), est, now) or (old_faster.get(key) is None) != (faster.get(key) is None):
+                self.events.emit_workload(uid)
+
+    # -- the view's fields -----------------------------------------------------------------------------
+    def fields(self, rec: dict) -> dict:
+        """The estimate fields of a workload view (docs/rest-api.md, Workload): null / empty
+        unless the workload is Pending."""
+        out = {"estimatedStartAt": None, "estimatedStartRange": None, "waitingFor": [],
+               "estimateReason": None, "estimateMessage": None, "estimateComputedAt": None,
+               "estimateApproximate": self.delegated, "fasterOptions": []}
+        if rec["state"] != PENDING:
+            return out
+        key = f"{rec['namespace']}/{rec['name']}"
+        est = self.results.get(key)
+        out["estimateComputedAt"] = self.computed_at
+        if est is None:
+            out["estimateReason"] = NOT_YET
+            out["estimateMessage"] = "no estimate yet: it is computed within a few seconds of a change"
+            return out
+        if est.start_at is None:
+            out["estimateReason"] = est.reason
+            out["estimateMessage"] = est.message or None
+            return out
+        out["estimatedStartAt"] = round(max(est.start_at, self.computed_at or est.start_at), 3)
+        if est.early is not None or est.late is not None:
+            early = est.early if est.early is not None else est.start_at
+            out["estimatedStartRange"] = {"early": round(early, 3),
+                                          "late": None if est.late is None else round(est.late, 3)}
+        out["estimateMessage"] = est.message or ESTIMATE_CAVEAT
+        out["waitingFor"] = [self._waiting_json(w, rec) for w in est.waiting_for]
+        out["fasterOptions"] = self.faster.get(key, [])
+        return out
+
+    def _waiting_json(self, w, rec: dict) -> dict:
+        """One entry of ``waitingFor``: another team's workload is shown by its team only (name
+        and owner null); :func:`reveal_waiting_for` fills them in for admins."""
+        ns, _, name = w.key.partition("/")
+        uid = self.live.by_key.get(w.key)
+        other = self.live.records.get(uid) if uid is not None else None
+        wl = self.live.engine_workloads.get(uid) if uid is not None else None
+        summary = _summary(wl, _flavors_of(wl)) if wl is not None else ""
+        same_team = ns == rec["namespace"]
+        return {"namespace": ns, "name": name if same_team else None,
+                "owner": (other or {}).get("owner") if same_team else None,
+                "kind": w.kind, "expectedEndAt": round(w.expected_end, 3), "summary": summary}
+
+    def reveal_waiting_for(self, view: dict) -> dict:
+        """``view`` with the names and owners of every workload it waits for (for admins)."""
+        items = view.get("waitingFor") or []
+        if not any(i.get("name") is None for i in items):
+            return view
+        est = self.results.get(f"{view['namespace']}/{view['name']}")
+        if est is None:
+            return view
+        full = []
+        for item, w in zip(items, est.waiting_for):
+            item = dict(item)
+            if item.get("name") is None:
+                item["name"] = w.key.partition("/")[2]
+                uid = self.live.by_key.get(w.key)
+                item["owner"] = (self.live.records.get(uid) or {}).get("owner") if uid is not None else None
+            full.append(item)
+        return {**view, "waitingFor": full}
+
+    def gauge_items(self) -> list[tuple[str, str, str, float]]:
+        """(namespace, name, ClusterQueue, estimated wait in s from now) of every pending workload
+        with an estimate: the Prometheus gauge ``gpuqueue_workload_estimated_wait_seconds``."""
+        now = self.conf.clock()
+        out = []
+        for key, est in self.results.items():
+            if est.start_at is None:
+                continue
+            uid = self.live.by_key.get(key)
+            rec = self.live.records.get(uid) if uid is not None else None
+            if rec is None or rec["state"] != PENDING:
+                continue
+            out.append((rec["namespace"], rec["name"], rec.get("cluster_queue") or "", max(0.0, est.start_at - now)))
+        return out
+
+
+def _option_json(opt: dict, start: float, now: float) -> dict:
+    what = (f"MIG {opt['migProfile']}" if opt["migProfile"] else
+            f"{opt['gpus']} GPU{'s' if opt['gpus'] != 1 else ''}" + (f" of {opt['flavor']}" if opt["flavor"] else ""))
+    if opt["flavor"] and not opt["fewer"] and not opt["migProfile"]:
+        what = opt["flavor"]
+    price = opt["pricePerHourUsd"]
+    wait = start - now
+    if wait <= 1.0:
+        when = "is free now: start at once"
+    else:
+        when = f"would start in ~{_human_wait(wait)}"
+    return {"flavor": opt["flavor"], "migProfile": opt["migProfile"], "gpus": opt["gpus"],
+            "estimatedStartAt": round(max(start, now), 3), "startsNow": wait <= 1.0,
+            "pricePerHourUsd": round(price, 6),
+            "summary": f"{what} {when}, ${price:,.2f}/h"}
+
+
+def _human_wait(seconds: float) -> str:
+    m = int(round(seconds / 60.0))
+    if m < 1:
+        return "1 min"
+    if m < 60:
+        return f"{m} min"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min" if m else f"{h} h"
+
+
+def _material(old: Optional[Estimate], new: Estimate, now: float) -> bool:
+    """Whether a change of estimate is worth a workload event: a first estimate, a new reason,
+    other workloads waited for, or a start moved by more than max(60 s, 10 % of the wait)."""
+    if old is None:
+        return True
+    if old.reason != new.reason:
+        return True
+    if (old.start_at is None) != (new.start_at is None):
+        return True
+    if new.start_at is None:
+        return False
+    if [w.key for w in old.waiting_for] != [w.key for w in new.waiting_for]:
+        return True
+    return abs(new.start_at - old.start_at) > max(60.0, 0.1 * max(0.0, new.start_at - now))
+
+
+__all__ = ["Estimates", "ESTIMATE_CAVEAT", "history_keys", "next_month_start"]

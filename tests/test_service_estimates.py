@@ -1,0 +1,241 @@
+"""Estimated start times in the live service (issue 14; service/estimates.py): a real QueueService
+(real SQLite ledger, real local processes), the estimate fields of the workload view, the run-time
+history learned from finished runs, budget holds, anonymised waitingFor, faster options, and the
+debounced refresh on the worker thread of a running loop."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+
+import pytest
+from servicetools import service_factory, stop_jobs
+
+from jupyter_gpuqueue.service.estimates import next_month_start
+
+CLUSTER = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-a}
+spec: {nodeLabels: {model: a}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-b}
+spec: {nodeLabels: {model: b}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq-one}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: gpu-a
+      resources: [{name: nvidia.com/gpu, nominalQuota: 2}]
+    - name: gpu-b
+      resources: [{name: nvidia.com/gpu, nominalQuota: 2}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: one}
+spec: {clusterQueue: cq-one}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: q, namespace: two}
+spec: {clusterQueue: cq-one}
+"""
+
+INVENTORY = """
+nodes:
+- name: box-a
+  labels: {model: a}
+  gpus:
+  - {index: 0, uuid: GPU-00000000-0000-0000-0000-000000000000, product: Model A, memoryMiB: 1024}
+  - {index: 1, uuid: GPU-00000000-0000-0000-0000-000000000001, product: Model A, memoryMiB: 1024}
+- name: box-b
+  labels: {model: b}
+  gpus:
+  - {index: 0, uuid: GPU-00000000-0000-0000-0000-000000000010, product: Model B, memoryMiB: 1024}
+  - {index: 1, uuid: GPU-00000000-0000-0000-0000-000000000011, product: Model B, memoryMiB: 1024}
+"""
+
+PY = sys.executable
+SLEEP = [PY, "-c", "import time; time.sleep(600)"]
+
+
+@pytest.fixture
+def make(tmp_path):
+    build = service_factory(tmp_path, CLUSTER, INVENTORY, default_local_queue="one/q", stop_grace_seconds=1.0)
+    yield build
+    stop_jobs(build.services, grace=0.2)
+
+
+def wait(svc, pred, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        svc.tick()
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def submit(svc, name, *, gpus=1, flavor="gpu-a", ns="one", user="alice", runtime=600, command=SLEEP):
+    return svc.submit({"name": name, "command": command, "gpus": gpus, "flavor": flavor,
+                       "localQueue": f"{ns}/q", "maxRuntimeSeconds": runtime}, user=user)
+
+
+def test_a_waiting_job_is_estimated_from_the_running_jobs_declared_run_time(make):
+    svc = make()
+    a = submit(svc, "a", gpus=2, runtime=600)
+    wait(svc, lambda: svc.get_workload("one", "a")["state"] == "Running")
+    b = submit(svc, "b", gpus=2, runtime=300)
+    svc.tick()
+    view = svc.get_workload("one", "b")
+    assert view["state"] == "Pending"
+    assert view["estimatedStartAt"] is None and view["estimateReason"] == "NotYetEstimated"
+    svc.estimates.refresh_now()
+    view = svc.get_workload("one", "b")
+    admitted = svc.get_workload("one", "a")["admittedAt"]
+    # No history yet: "a" runs its declared 600 s, then "b" (2 × gpu-a) is admitted.
+    assert view["estimateReason"] is None
+    assert view["estimatedStartAt"] == pytest.approx(admitted + 600, abs=2.0)
+    rng = view["estimatedStartRange"]
+    assert rng["early"] <= view["estimatedStartAt"] <= rng["late"]
+    assert view["waitingFor"] == [{"namespace": "one", "name": "a", "owner": "alice", "kind": "running",
+                                   "expectedEndAt": pytest.approx(admitted + 600, abs=2.0),
+                                   "summary": "2 × gpu-a"}]
+    assert "cannot foresee" in view["estimateMessage"]
+    # The same request on gpu-b starts at once: offered, with its price.
+    opts = view["fasterOptions"]
+    assert [o["flavor"] for o in opts][:1] == ["gpu-b"] and opts[0]["startsNow"]
+    assert opts[0]["summary"].startswith("gpu-b is free now: start at once, $")
+    # A running workload has no estimate fields.
+    running = svc.get_workload("one", "a")
+    assert running["estimatedStartAt"] is None and running["waitingFor"] == [] and running["estimateReason"] is None
+    assert a["state"] == "Pending" and b["state"] == "Pending"  # as acknowledged
+
+
+def test_run_times_are_learned_from_finished_runs(make, tmp_path):
+    svc = make()
+    knob = tmp_path / "seconds"
+    knob.write_text("0.2")
+    # One command whose run time the test sets: five finished runs of ~0.2 s each.
+    cmd = [PY, "-c", f"import time; time.sleep(float(open({str(knob)!r}).read()))"]
+    for i in range(5):
+        submit(svc, f"q{i}", gpus=2, runtime=3600, command=cmd)
+        wait(svc, lambda i=i: svc.get_workload("one", f"q{i}")["state"] == "Succeeded")
+    knob.write_text("600")
+    submit(svc, "blocker", gpus=2, runtime=3600, command=cmd)
+    wait(svc, lambda: svc.get_workload("one", "blocker")["state"] == "Running")
+    submit(svc, "next", gpus=2, runtime=3600, command=cmd)
+    svc.tick()
+    svc.estimates.refresh_now()
+    view = svc.get_workload("one", "next")
+    assert view["state"] == "Pending"
+    # Declared: an hour after the blocker's start. Learned: its runs took 0.2 s; one that has
+    # outrun them all is expected to run about as long again as it has so far.
+    assert view["estimatedStartAt"] - time.time() < 60, view
+    assert svc.estimates.model.observed == 5
+
+
+def test_restart_seeds_the_history_from_the_ledger(make):
+    svc = make()
+    quick = [PY, "-c", "pass"]
+    for i in range(5):
+        submit(svc, f"q{i}", gpus=1, runtime=3600, command=quick)
+    wait(svc, lambda: all(svc.get_workload("one", f"q{i}")["state"] == "Succeeded" for i in range(5)))
+    again = make()
+    assert again.estimates.seed_history() == 5
+    again.estimates.refresh_now()  # drains the observations into the model on this thread
+    assert again.estimates.model.observed == 5
+
+
+def test_other_teams_workloads_are_anonymised_unless_revealed(make):
+    svc = make()
+    submit(svc, "theirs", gpus=2, ns="two", user="bob")
+    wait(svc, lambda: svc.get_workload("two", "theirs")["state"] == "Running")
+    submit(svc, "mine", gpus=2)
+    svc.tick()
+    svc.estimates.refresh_now()
+    view = svc.get_workload("one", "mine")
+    (w,) = view["waitingFor"]
+    assert w["namespace"] == "two" and w["name"] is None and w["owner"] is None and w["summary"] == "2 × gpu-a"
+    full = svc.estimates.reveal_waiting_for(view)
+    assert full["waitingFor"][0]["name"] == "theirs" and full["waitingFor"][0]["owner"] == "bob"
+
+
+def spend(svc, namespace: str, usd: float) -> None:
+    """Earlier usage this month (as tests/test_budgets.py writes it): a finished workload with one
+    closed usage interval that cost ``usd``."""
+    now = svc.clock()
+    svc.ledger.add_workload({
+        "uid": "history", "namespace": namespace, "name": "history", "owner": "alice", "local_queue": "q",
+        "cluster_queue": "cq-one", "state": "Succeeded", "created_at": now - 60.0,
+        "spec": {"podSets": [{"name": "main", "count": 1, "requests": {"nvidia.com/gpu": 1}}],
+                 "command": ["python", "train.py"], "workingDir": "/tmp", "env": {}, "maxRuntimeSeconds": 3600},
+        "finished_at": now})
+    svc.ledger.open_interval("history", "gpu-a", "nvidia.com/gpu", 1, 1.0, usd * 3600.0 / 60.0, now - 60.0)
+    svc.ledger.close_intervals("history", now)
+    svc.budgets.invalidate()
+
+
+def test_a_budget_hold_is_estimated_from_the_budgets_reset(make):
+    svc = make()
+    svc.configure_costs(budgets={"one": {"monthlyUSD": 1, "hard": True}})
+    spend(svc, "one", 2.0)
+    held = submit(svc, "held", gpus=1)
+    assert held["reason"] == "BudgetExceeded"
+    svc.tick()
+    svc.estimates.refresh_now()
+    view = svc.get_workload("one", "held")
+    assert view["estimateReason"] is None
+    assert view["estimatedStartAt"] >= next_month_start(time.time())
+
+
+def test_next_month_start():
+    assert next_month_start(1764547200.0 - 1) == 1764547200.0  # 2025-11-30T23:59:59Z -> 2025-12-01
+    assert next_month_start(1767225599.0) == 1767225600.0  # December rolls over to January
+
+
+def test_the_running_service_refreshes_estimates_off_the_event_loop(make):
+    svc = make(restore=False)
+    seen_threads: list[str] = []
+    real = svc.estimates._compute
+
+    def compute(job):
+        seen_threads.append(threading.current_thread().name)
+        return real(job)
+
+    svc.estimates._compute = compute
+
+    async def scenario():
+        await svc.start()
+        try:
+            submit(svc, "a", gpus=2)
+            for _ in range(200):
+                if svc.get_workload("one", "a")["state"] == "Running":
+                    break
+                await asyncio.sleep(0.05)
+            events: list[dict] = []
+            svc.subscribe(events.append)
+            submit(svc, "b", gpus=2)
+            for _ in range(200):
+                view = svc.get_workload("one", "b")
+                if view["estimatedStartAt"] is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert view["estimatedStartAt"] is not None, view
+            # The panel hears of it: a workload event carrying the estimate.
+            assert any(e.get("type") == "workload" and e["workload"]["name"] == "b"
+                       and e["workload"]["estimatedStartAt"] is not None for e in events)
+        finally:
+            await svc.stop()
+
+    asyncio.run(scenario())
+    assert seen_threads and all(t.startswith("gpuqueue-estimates") for t in seen_threads)
