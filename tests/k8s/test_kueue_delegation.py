@@ -68,6 +68,11 @@ def test_kueue_admits_and_the_service_follows(make_service, kueue):
     assert first["positionInLocalQueue"] is None
     wait_for(lambda: rec_of(svc, "first")["state"] == RUNNING, step=step(svc, cluster))
     wait_for(lambda: rec_of(svc, "second")["positionInLocalQueue"] == 0, step=step(svc, cluster))
+    # Estimated start times in the kueue mode: this engine run on the mirrored queues, approximate.
+    svc.estimates.refresh_now()
+    second = rec_of(svc, "second")
+    assert second["estimateApproximate"] is True
+    assert second["estimatedStartAt"] is not None and second["estimatedStartAt"] >= cluster.now - 1
     # The queues view mirrors Kueue's usage.
     cq = next(c for c in svc.queues()["clusterQueues"] if c["name"] == "cq")
     assert next(r for r in cq["resources"] if r["flavor"] == "a100")["usage"] == "1"
