@@ -15,7 +15,8 @@ has the most slices in use (packing, so whole GPUs stay free).
 
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterable, Optional
 
 from .model import (
     GPU,
@@ -61,6 +62,10 @@ def node_matches_flavor(node: Node, flavor: Optional[ResourceFlavor], toleration
     return True
 
 
+_PLANNED = "\x00planned"  # owner of a device a dry run has given to a pod
+_NOMINATED = "\x00nominated"  # owner of a device kept for a waiting preemptor
+
+
 class DeviceAllocator:
     """Which devices of an Inventory are free, and who holds the others.
 
@@ -72,6 +77,8 @@ class DeviceAllocator:
         self.inventory = inventory
         self.owner: dict[str, str] = {}  # device id -> workload key
         self.by_workload: dict[str, list[str]] = {}
+        # Waiting preemptors' devices: key -> (priority, device ids). See ``blocked_for``.
+        self.nominated: dict[str, tuple[int, frozenset[str]]] = {}
         # Failed placements, remembered until a device is taken or freed (``_state`` counts those
         # changes). A failed ``place`` changes nothing, so the same request fails the same way
         # until then: when quota fits but the devices are fragmented, the BestEffortFIFO walk
@@ -134,46 +141,129 @@ class DeviceAllocator:
         return busy
 
     # -- placement ----------------------------------------------------------------------------------
+    def blocked_for(self, key: str, priority: Optional[int]) -> frozenset[str]:
+        """Devices ``key`` may not take now: those nominated to another waiting preemptor of equal or
+        higher ``priority`` (all of them when ``priority`` is None). kube-scheduler keeps a
+        preemptor's nominated node for it the same way: pods of lower or equal priority do not get
+        the resources nominated to a pod of higher priority (``pkg/scheduler/framework/runtime``:
+        ``addNominatedPods``, which adds only nominated pods with priority >= the pod's)."""
+        if not self.nominated:
+            return frozenset()
+        out: set[str] = set()
+        for other, (prio, devs) in self.nominated.items():
+            if other != key and (priority is None or prio >= priority):
+                out.update(devs)
+        return frozenset(out)
+
+    def nominate(self, key: str, priority: int, devices: Iterable[str]) -> None:
+        """Keep ``devices`` (internal ids) for ``key``, a preemptor waiting for its victims to stop,
+        against workloads of lower or equal priority (:meth:`blocked_for`)."""
+        self.nominated[key] = (priority, frozenset(devices))
+
+    def clear_nomination(self, key: Optional[str] = None) -> None:
+        """Drop ``key``'s nomination (every nomination when ``key`` is None)."""
+        if key is None:
+            self.nominated.clear()
+        else:
+            self.nominated.pop(key, None)
+
     def place(
         self,
         key: str,
         pod_sets: list[tuple[PodSet, int, dict[str, str]]],
         flavors: dict[str, ResourceFlavor],
+        priority: Optional[int] = None,
     ) -> tuple[Optional[list[DevicePlacement]], str]:
         """Place every pod of a workload, all or nothing.
 
-        ``pod_sets``: (PodSet, admitted count, resource → assigned flavor name). Returns
-        (placements, "") and records the devices as taken by ``key``; or (None, why) and changes
-        nothing."""
+        ``pod_sets``: (PodSet, admitted count, resource → assigned flavor name). ``priority``: the
+        workload's; devices nominated to a waiting preemptor of equal or higher priority are not
+        taken (:meth:`blocked_for`). Returns (placements, "") and records the devices as taken by
+        ``key`` (its own nomination, if any, is dropped); or (None, why) and changes nothing."""
         if self._failed_state != self._state:
             self._failed.clear()
             self._failed_state = self._state
+        blocked = self.blocked_for(key, priority)
         shape = tuple(
             (count, tuple(sorted(assigned.items())), tuple(sorted(ps.requests.items())),
              tuple(sorted(ps.node_selector.items())), repr(ps.tolerations), repr(ps.required_affinity))
             for ps, count, assigned in pod_sets
-        )
+        ) + (blocked,)
         why = self._failed.get(shape)
         if why is not None:
             return None, why
-        placements, why = self._place(key, pod_sets, flavors)
-        if placements is None:
+        if blocked:
+            with self._owners(blocked=blocked):
+                plan, why = self._plan(pod_sets, flavors)
+        else:
+            plan, why = self._plan(pod_sets, flavors)
+        if plan is None:
             self._failed[shape] = why
-        return placements, why
-
-    def _place(self, key: str, pod_sets: list[tuple[PodSet, int, dict[str, str]]],
-               flavors: dict[str, ResourceFlavor]) -> tuple[Optional[list[DevicePlacement]], str]:
-        taken: list[str] = []
+            return None, why
         placements: list[DevicePlacement] = []
+        taken: list[str] = []
+        for ps, pod_index, node_name, devices_by_res in plan:
+            for r, devs in devices_by_res.items():
+                taken.extend(dev_id for _, dev_id in devs)
+                placements.append(
+                    DevicePlacement(
+                        pod_set=ps.name,
+                        pod_index=pod_index,
+                        node=node_name,
+                        devices=[str(idx) if r == GPU else dev_id for idx, dev_id in devs],
+                        resource=r,
+                    )
+                )
+        if taken:
+            for dev in taken:
+                self.owner[dev] = key
+            self.by_workload[key] = taken
+            self._state += 1
+        self.nominated.pop(key, None)
+        return placements, ""
+
+    @contextmanager
+    def _owners(self, freed: Iterable[str] = (), blocked: Iterable[str] = ()):
+        """For the duration of the block, ``self.owner`` is a copy in which the devices of the
+        workloads ``freed`` are free and the devices ``blocked`` are taken; the real one is
+        restored afterwards, whatever the block did to the copy."""
+        real = self.owner
+        view = dict(real)
+        for key in freed:
+            for dev in self.by_workload.get(key, ()):
+                if view.get(dev) == key:
+                    del view[dev]
+        for dev in blocked:
+            view.setdefault(dev, _NOMINATED)
+        self.owner = view
+        try:
+            yield view
+        finally:
+            self.owner = real
+
+    @staticmethod
+    def _device_needs(ps: PodSet) -> dict[str, int]:
+        return {r: q for r, q in ps.requests.items() if q > 0 and is_device_resource(r)}
+
+    @staticmethod
+    def _pod_flavor(needs: dict[str, int], assigned: dict[str, str],
+                    flavors: dict[str, ResourceFlavor]) -> Optional[ResourceFlavor]:
+        flavor_names = {assigned.get(r) for r in needs}
+        return flavors.get(next(iter(flavor_names))) if len(flavor_names) == 1 else None
+
+    def _plan(self, pod_sets: list[tuple[PodSet, int, dict[str, str]]], flavors: dict[str, ResourceFlavor]):
+        """Where every pod would go on ``self.owner`` as it is (best fit), taking nothing:
+        ``([(PodSet, pod index, node, {resource: [(gpu index, device id)]})], "")`` or ``(None, why)``."""
+        taken: list[str] = []
+        plan = []
         try:
             for ps, count, assigned in pod_sets:
-                needs = {r: q for r, q in ps.requests.items() if q > 0 and is_device_resource(r)}
+                needs = self._device_needs(ps)
                 if not needs:
                     continue
-                flavor_names = {assigned.get(r) for r in needs}
-                flavor = flavors.get(next(iter(flavor_names))) if len(flavor_names) == 1 else None
+                flavor = self._pod_flavor(needs, assigned, flavors)
                 for pod_index in range(count):
-                    placed = self._place_pod(ps, needs, flavor, taken)
+                    placed = self._place_pod(ps, needs, flavor)
                     if placed is None:
                         what = ", ".join(f"{q} × {r}" for r, q in sorted(needs.items()))
                         fl = f" of flavor {flavor.name}" if flavor is not None else ""
@@ -182,69 +272,181 @@ class DeviceAllocator:
                             f"{count} in pod set {ps.name}"
                         )
                     node_name, devices_by_res = placed
-                    for r, devs in devices_by_res.items():
+                    for devs in devices_by_res.values():
                         for _, dev_id in devs:
                             taken.append(dev_id)
-                            self.owner[dev_id] = key
-                        placements.append(
-                            DevicePlacement(
-                                pod_set=ps.name,
-                                pod_index=pod_index,
-                                node=node_name,
-                                devices=[str(idx) if r == GPU else dev_id for idx, dev_id in devs],
-                                resource=r,
-                            )
-                        )
-        except Exception:
+                            self.owner[dev_id] = _PLANNED
+                    plan.append((ps, pod_index, node_name, devices_by_res))
+            return plan, ""
+        finally:
             for dev in taken:
                 self.owner.pop(dev, None)
-            raise
-        if placements is not None and taken:
-            for dev in taken:
-                self.owner[dev] = key
-            self.by_workload[key] = taken
-            self._state += 1
-        return placements, ""
 
-    def _place_pod(self, ps: PodSet, needs: dict[str, int], flavor, taken_now: list[str]):
+    def _node_allows(self, node: Node, ps: PodSet, flavor: Optional[ResourceFlavor]) -> bool:
+        if not node_matches_flavor(node, flavor, ps.tolerations):
+            return False
+        if any(node.labels.get(k) != v for k, v in ps.node_selector.items()):
+            return False
+        if ps.required_affinity and not any(
+            all(e.matches(node.labels) for e in term) for term in ps.required_affinity
+        ):
+            return False
+        return True
+
+    def _fit_on(self, node: Node, needs: dict[str, int]) -> Optional[tuple[int, dict]]:
+        """(slack, {resource: [(gpu index, device id)]}) for one pod on ``node`` with the devices
+        free in ``self.owner``; None if it does not fit there."""
+        chosen: dict[str, list[tuple[int, str]]] = {}
+        slack = 0
+        for r, q in needs.items():
+            free = self.free_devices(node.name, r)
+            if len(free) < q:
+                return None
+            slack += len(free) - q
+            if r == GPU:
+                chosen[r] = free[:q]
+            else:
+                # Pack MIG slices onto the GPU with the most slices already in use.
+                # (stable: equally busy GPUs keep the inventory's order of their devices)
+                free.sort(key=lambda d: (-self._gpu_busy_slices(node.name, d[0]), d[0]))
+                chosen[r] = free[:q]
+        return slack, chosen
+
+    def _place_pod(self, ps: PodSet, needs: dict[str, int], flavor):
         best = None
         for node in self.inventory.nodes:
-            if not node_matches_flavor(node, flavor, ps.tolerations):
+            if not self._node_allows(node, ps, flavor):
                 continue
-            if any(node.labels.get(k) != v for k, v in ps.node_selector.items()):
+            fit = self._fit_on(node, needs)
+            if fit is None:
                 continue
-            if ps.required_affinity and not any(
-                all(e.matches(node.labels) for e in term) for term in ps.required_affinity
-            ):
-                continue
-            chosen: dict[str, list[tuple[int, str]]] = {}
-            slack = 0
-            ok = True
-            for r, q in needs.items():
-                free = self.free_devices(node.name, r)
-                if len(free) < q:
-                    ok = False
-                    break
-                slack += len(free) - q
-                if r == GPU:
-                    chosen[r] = free[:q]
-                else:
-                    # Pack MIG slices onto the GPU with the most slices already in use.
-                    # (stable: equally busy GPUs keep the inventory's order of their devices)
-                    free.sort(key=lambda d: (-self._gpu_busy_slices(node.name, d[0]), d[0]))
-                    chosen[r] = free[:q]
-            if not ok:
-                continue
-            cand = (slack, node.name)
+            cand = (fit[0], node.name)
             if best is None or cand < best[0]:
-                best = (cand, node.name, chosen)
+                best = (cand, node.name, fit[1])
         if best is None:
-            # Roll back devices taken by earlier pods of this workload in this call.
-            for dev in taken_now:
-                self.owner.pop(dev, None)
-            taken_now.clear()
             return None
         return best[1], best[2]
+
+    # -- preemption for placement (kube-scheduler's DefaultPreemption, on devices) ------------------
+    def fits(self, pod_sets: list[tuple[PodSet, int, dict[str, str]]], flavors: dict[str, ResourceFlavor],
+             freed: Iterable[str] = (), blocked: Iterable[str] = ()) -> Optional[list[str]]:
+        """Would every pod be placed if the workloads ``freed`` had stopped and the devices
+        ``blocked`` were taken? The device ids it would get (best fit), or None. Changes nothing."""
+        with self._owners(freed, blocked):
+            plan, _ = self._plan(pod_sets, flavors)
+        if plan is None:
+            return None
+        return [dev_id for _, _, _, by_res in plan for devs in by_res.values() for _, dev_id in devs]
+
+    def preemption_victims(
+        self,
+        pod_sets: list[tuple[PodSet, int, dict[str, str]]],
+        flavors: dict[str, ResourceFlavor],
+        candidates: dict[str, tuple[int, float]],
+        freed: Iterable[str] = (),
+        blocked: Iterable[str] = (),
+    ) -> Optional[tuple[list[str], list[str]]]:
+        """The workloads to preempt so that every pod of a workload is placed, as kube-scheduler's
+        DefaultPreemption would choose them pod by pod (``pkg/scheduler/framework/plugins/
+        defaultpreemption/default_preemption.go``: ``SelectVictimsOnNode``;
+        ``pkg/scheduler/framework/preemption/preemption.go``: ``pickOneNodeForPreemption``), with
+        whole workloads as victims and all of a gang's pods placed or none.
+
+        ``candidates``: workload key → (priority, admission time in seconds) of the admitted
+        workloads that may be preempted (the caller applies Kueue's ClusterQueue rules and the
+        lower-priority rule). ``freed``: workloads whose devices count as free already (victims
+        already being evicted for this one). ``blocked``: device ids it may not take.
+
+        Pod by pod, in the order :meth:`place` places them: a pod that fits on the devices free
+        (after the victims chosen so far) takes them; otherwise, on every node it may run on, all
+        candidates holding devices there are removed; if the pod then fits, they are reprieved one
+        by one, the most important first (higher priority, then earlier admission), keeping out
+        only those without which it would not fit. Of the nodes where it fits, the one with (1) the
+        lowest highest-priority victim, (2) the lowest sum of priorities (each offset by 2^31),
+        (3) the fewest victims, (4) the latest admission among its highest-priority victims,
+        (5) first in the inventory is taken. Finally every victim, the most important first, is
+        reprieved if the whole workload still fits without evicting it.
+
+        Returns (victims, device ids the workload would then get), or None when it cannot be placed
+        even with every candidate gone. Changes nothing."""
+        freed = set(freed)
+        blocked = frozenset(blocked)
+        cands = {k: v for k, v in candidates.items() if k in self.by_workload and k not in freed}
+        if not cands or self.fits(pod_sets, flavors, freed | set(cands), blocked) is None:
+            return None
+
+        def importance(k: str):  # kube-scheduler MoreImportantPod: higher priority, then earlier start
+            prio, start = cands[k]
+            return (-prio, start, k)
+
+        node_devices: dict[str, list[str]] = {
+            node.name: [d for r in self.device_resources() for _, d in self.devices_of(node.name, r)]
+            for node in self.inventory.nodes
+        }
+        victims: set[str] = set()
+        with self._owners(freed, blocked) as owner:
+            for ps, count, assigned in pod_sets:
+                needs = self._device_needs(ps)
+                if not needs:
+                    continue
+                flavor = self._pod_flavor(needs, assigned, flavors)
+                for _ in range(count):
+                    placed = self._place_pod(ps, needs, flavor)
+                    if placed is None:
+                        best = None
+                        for order, node in enumerate(self.inventory.nodes):
+                            if not self._node_allows(node, ps, flavor):
+                                continue
+                            on_node = sorted({owner[d] for d in node_devices[node.name]
+                                              if owner.get(d) in cands and owner[d] not in victims},
+                                             key=importance)
+                            if not on_node:
+                                continue
+                            saved = {d: owner.pop(d) for k in on_node for d in self.by_workload[k]
+                                     if owner.get(d) == k}
+                            if self._fit_on(node, needs) is None:
+                                owner.update(saved)
+                                continue
+                            chosen = []
+                            for k in on_node:  # reprieve, the most important first
+                                for d in self.by_workload[k]:
+                                    if d in saved:
+                                        owner[d] = k
+                                if self._fit_on(node, needs) is None:
+                                    for d in self.by_workload[k]:
+                                        if owner.get(d) == k:
+                                            del owner[d]
+                                    chosen.append(k)
+                            owner.update(saved)  # back as it was; the pick below removes the victims
+                            top = cands[chosen[0]][0]
+                            score = (
+                                top,
+                                sum(cands[k][0] + 2**31 for k in chosen),
+                                len(chosen),
+                                -min(cands[k][1] for k in chosen if cands[k][0] == top),
+                                order,
+                            )
+                            if best is None or score < best[0]:
+                                best = (score, node, chosen)
+                        if best is None:
+                            return None
+                        for k in best[2]:
+                            victims.add(k)
+                            for d in self.by_workload[k]:
+                                if owner.get(d) == k:
+                                    del owner[d]
+                        fit = self._fit_on(best[1], needs)
+                        placed = (best[1].name, fit[1])
+                    for devs in placed[1].values():
+                        for _, d in devs:
+                            owner[d] = _PLANNED
+        for k in sorted(victims, key=importance):  # reprieve over the whole gang
+            if self.fits(pod_sets, flavors, freed | (victims - {k}), blocked) is not None:
+                victims.discard(k)
+        devices = self.fits(pod_sets, flavors, freed | victims, blocked)
+        if devices is None:  # cannot happen: the greedy search placed every pod
+            return None
+        return sorted(victims, key=lambda k: (cands[k][0], k)), devices
 
     def assign(self, key: str, placements: list[DevicePlacement]) -> None:
         """Record an existing placement (restored from storage) as taken by ``key``."""

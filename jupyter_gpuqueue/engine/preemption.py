@@ -20,6 +20,17 @@ Classical preemption follows Kueue ``pkg/scheduler/preemption/classical_strategy
 
 Fair-sharing preemption lives in ``fairsharing``. Everything is simulated on the live quota tree and
 restored before returning.
+
+**Preemption for placement** (ours; in Kubernetes kube-scheduler's job): when a workload's quota fits
+but its pods cannot all be placed on free devices, :meth:`Preemptor.placement_candidates` says which
+admitted workloads it may preempt, combining Kueue's ClusterQueue rules with kube-scheduler's:
+workloads of strictly lower priority (kube-scheduler, ``SelectVictimsOnNode``: only pods of lower
+priority are potential victims), in its own ClusterQueue if ``withinClusterQueue`` is not ``Never``
+and in the other ClusterQueues of its cohort tree if ``reclaimWithinCohort`` is not ``Never``
+(Kueue never preempts outside the cohort tree); none if its PriorityClass has ``preemptionPolicy:
+Never`` (kube-scheduler ``PodEligibleToPreemptOthers``). Unlike a quota preemption the victim's
+ClusterQueue need not be borrowing: what is short is devices, not quota. ``placement.DeviceAllocator.
+preemption_victims`` then picks the victims node by node.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from .preemption_common import (  # noqa: F401 (re-exported: the names preemptio
     IN_COHORT_FAIR_SHARING,
     IN_COHORT_RECLAIM_WHILE_BORROWING,
     IN_COHORT_RECLAMATION,
+    IN_NODE_PLACEMENT,
     AdmittedState,
     Target,
     add_usage,
@@ -127,6 +139,35 @@ class Preemptor:
                         continue
                     if uses(key):
                         out.append(key)
+        return out
+
+    def placement_candidates(self, wl: Workload, cq: ClusterQueue, now: float) -> dict[str, tuple[int, float]]:
+        """Admitted workloads ``wl`` may preempt to be *placed* (its quota fits; devices are short):
+        key → (priority, admission time in seconds; ``now`` when unknown). See the module docstring
+        for the rule. Workloads already being evicted for another preemptor are left to it."""
+        s = self.sched
+        if wl.priority_class_kind == "PriorityClass" and wl.priority_class:
+            pc = s.config.priority_classes.get(wl.priority_class)
+            if pc is not None and pc.preemption_policy == "Never":
+                return {}
+        policy = cq.preemption
+        queues: list[str] = []
+        if policy.within_cluster_queue != NEVER:
+            queues.append(cq.name)
+        node = s.tree.cluster_queues[cq.name]
+        if node.parent is not None and policy.reclaim_within_cohort != NEVER:
+            queues.extend(other.name for other in node.root().subtree_cluster_queues() if other is not node)
+        out: dict[str, tuple[int, float]] = {}
+        for name in queues:
+            for key in s.admitted_by_cq.get(name, ()):
+                cand = s.admitted[key]
+                if cand.priority >= wl.priority:
+                    continue
+                evicting_for = s.evicting.get(key)
+                if evicting_for is not None and evicting_for != wl.key:
+                    continue
+                t = s.admit_time.get(key)
+                out[key] = (cand.priority, now if t is None else t)
         return out
 
     def candidates_ordering(self, keys: list[str], cq_name: str, now: float) -> list[str]:

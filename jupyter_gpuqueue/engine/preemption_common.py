@@ -35,12 +35,17 @@ IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+# Ours (no Kueue reason: in Kubernetes kube-scheduler preempts for nodes, and marks the victim pod
+# with the DisruptionTarget condition, reason PreemptionByScheduler): the quota fits, but the
+# devices the preemptor needs are held by lower-priority workloads (``preemption.placement_candidates``).
+IN_NODE_PLACEMENT = "InNodePlacement"
 
 HUMAN_REASONS = {
     IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
     IN_COHORT_RECLAMATION: "reclamation within the cohort",
     IN_COHORT_FAIR_SHARING: "fair sharing within the cohort",
     IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+    IN_NODE_PLACEMENT: "placement on a node: the quota fits, but lower-priority workloads held the devices",
 }
 
 

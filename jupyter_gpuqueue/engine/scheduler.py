@@ -12,7 +12,9 @@ One cycle (Kueue ``pkg/scheduler/scheduler.go: schedule``):
 4. **Process** each entry against the usage as changed by the entries before it: re-check the fit
    (a workload that no longer fits is requeued at once, Kueue's ``FailedAfterNomination``), place
    its pods on devices (ours: see ``placement``), then admit: charge its usage to the ClusterQueue
-   and, above nominal quota, to its cohort.
+   and, above nominal quota, to its cohort. When its quota fits but its pods cannot be placed,
+   lower-priority workloads its ClusterQueue may preempt are preempted on the nodes, as
+   kube-scheduler would (``_preempt_for_placement``); else it waits with ``PlacementFailed``.
    An entry that needs preemption (``preemption``) claims its usage for the rest of the cycle,
    marks its victims as being evicted (``CycleResult.preempted``) and waits: entries whose victims
    overlap an earlier entry's are skipped; one without victims whose ClusterQueue cannot always
@@ -56,7 +58,7 @@ from .model import (
 )
 from .fairsharing import FairSharing, fair_preemptions
 from .placement import DeviceAllocator, device_flavors
-from .preemption import Preemptor, Target, add_usage, remove_usage, workload_usage
+from .preemption import IN_NODE_PLACEMENT, Preemptor, Target, add_usage, remove_usage, workload_usage
 from .queues import ClusterQueueQueue
 from .quota import FlavorResource, QuotaNode, QuotaTree
 
@@ -87,7 +89,8 @@ class SchedulerOptions:
 @dataclass(slots=True)
 class Preemption:
     """A victim the caller must stop, then report with ``Scheduler.evict``. ``reason``: Kueue's
-    (InClusterQueue, InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing)."""
+    (InClusterQueue, InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing), or
+    ours, InNodePlacement (the quota fit, lower-priority workloads held the devices)."""
 
     victim: str
     preemptor: str
@@ -198,6 +201,8 @@ class Scheduler:
         self._configure(config)
         self.orphans.clear()
         self._placement_parked.clear()
+        if self.allocator is not None:
+            self.allocator.clear_nomination()  # waiting preemptors nominate again in their next cycle
         for wl in self.admitted.values():
             self._charge_node(wl.admission.cluster_queue, self.usage_of[wl.key], +1)
         for wl in sorted(pending, key=lambda w: (w.order_time, w.key)):
@@ -254,6 +259,8 @@ class Scheduler:
         self.orphans.pop(key, None)
         self._placement_parked.pop(key, None)
         self._shapes.pop(key, None)
+        if self.allocator is not None:
+            self.allocator.clear_nomination(key)
         if key in self.admitted:
             cq = self._remove_admitted(key)
             freed_devices = self.allocator.release(key) if self.allocator is not None else False
@@ -711,8 +718,11 @@ class Scheduler:
         if self.allocator is not None:
             pod_sets = [(ps, pa.count, device_flavors(ps, pa.flavors, self.config.resource_transformations))
                         for ps, pa in zip(wl.pod_sets, a.pod_sets)]
-            placed, why = self.allocator.place(wl.key, pod_sets, self.config.resource_flavors)
+            placed, why = self.allocator.place(wl.key, pod_sets, self.config.resource_flavors, wl.priority)
             if placed is None:
+                if self._preempt_for_placement(e, pod_sets, node, now, result):
+                    return
+                self.allocator.clear_nomination(wl.key)
                 e.reason = REASON_PLACEMENT_FAILED
                 e.message = why
                 self._placement_parked[wl.key] = cq.name
@@ -738,6 +748,47 @@ class Scheduler:
         self._placement_parked.pop(wl.key, None)
         result.admitted.append(wl)
         result.changed = True
+
+    def _preempt_for_placement(self, e: _Entry, pod_sets: list, node: QuotaNode, now: float,
+                               result: CycleResult) -> bool:
+        """The quota fits but the pods cannot all be placed: preempt lower-priority workloads on the
+        nodes as kube-scheduler would (``preemption.Preemptor.placement_candidates`` says which
+        ones the ClusterQueue's rules allow; ``placement.DeviceAllocator.preemption_victims``
+        picks the fewest and least important, node by node). True when the workload now waits for
+        victims (new ones, or those already being evicted for it): as a quota preemptor, it stays
+        its queue's sticky head, holds its quota for the rest of the cycle, and the devices it
+        will take are nominated to it, kept from workloads of lower or equal priority. False:
+        preemption cannot help (the caller parks it with PlacementFailed)."""
+        wl, cq = e.wl, e.cq
+        alloc = self.allocator
+        flavors = self.config.resource_flavors
+        own = [k for k, p in self.evicting.items() if p == wl.key and k in self.admitted]
+        blocked = alloc.blocked_for(wl.key, wl.priority)
+        devices = alloc.fits(pod_sets, flavors, own, blocked) if own else None
+        new: list[str] = []
+        if devices is None:
+            candidates = {k: v for k, v in self.preemptor.placement_candidates(wl, cq, now).items()
+                          if k not in self._cycle_targets or k in own}
+            if not candidates:
+                return False
+            found = alloc.preemption_victims(pod_sets, flavors, candidates, own, blocked)
+            if found is None:
+                return False
+            new, devices = [k for k in found[0] if k not in own], found[1]
+        self._cycle_targets.update(new)
+        self._hold(node, e.assignment.usage)
+        for key in new:
+            self.evicting[key] = wl.key
+            victim_cq = self.admitted_cq[key]
+            self._changed(victim_cq)  # candidates being evicted are ordered first
+            result.preempted.append(Preemption(key, wl.key, IN_NODE_PLACEMENT, victim_cq, dict(e.assignment.usage)))
+            result.changed = True
+        alloc.nominate(wl.key, wl.priority, devices)
+        e.reason = REASON_PENDING
+        e.message = f"Pending the preemption of {len(own) + len(new)} workload(s)"
+        self.queues[cq.name].sticky = wl.key  # stays at the head until admitted, as a quota preemptor
+        self._requeue(e, self.queues[cq.name], result, immediate=True)
+        return True
 
     def _requeue(self, e: _Entry, q: ClusterQueueQueue, result: CycleResult, *, immediate: bool) -> None:
         key = e.wl.key
