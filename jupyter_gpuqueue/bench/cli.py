@@ -40,6 +40,9 @@ def add_bench_parser(sub, server_parent) -> None:
                    help="GpuQueueApp.cycle_interval of the started server, seconds (0.5, the default)")
     g.add_argument("--keep", action="store_true", help="keep the started server's folder (ledger, logs)")
     g.add_argument("--profile", metavar="FILE", help="run the started server under cProfile, write its profile here")
+    g.add_argument("--no-estimates", action="store_true",
+                   help="start the server with GpuQueueApp.estimate_start_times = False (the baseline "
+                   "of what estimated start times cost)")
     common.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
     common.add_argument("--seed", type=int, default=42, help="seed of the job stream (42, as slurm.md)")
 
@@ -112,7 +115,8 @@ def _server(args, *, borrowing: bool = True):
         return ExternalServer(args.url, args.token)
     return BenchServer(config_yaml=stream.cluster_yaml(borrowing=borrowing),
                        inventory_yaml=stream.inventory_yaml(args.nodes, args.gpus_per_node),
-                       cycle_interval=args.cycle_interval, keep=args.keep, profile_path=args.profile)
+                       cycle_interval=args.cycle_interval, keep=args.keep, profile_path=args.profile,
+                       extra_config={"estimate_start_times": False} if getattr(args, "no_estimates", False) else None)
 
 
 def _write_json(args, data, out: TextIO) -> None:

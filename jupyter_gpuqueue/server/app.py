@@ -249,6 +249,20 @@ class GpuQueueApp(ExtensionApp):
         left in JupyterLab; then it is released. 0: released at once.""",
     ).tag(config=True)
 
+    estimate_start_times = Bool(
+        True,
+        help="""Estimate when each pending workload starts (estimatedStartAt, estimatedStartRange,
+        waitingFor, fasterOptions in the workload view; docs/estimates.md): the queue copied and
+        run forward with predicted run times on a worker thread after each change. False: those
+        fields are null / empty (estimateReason "Disabled").""",
+    ).tag(config=True)
+
+    estimate_min_interval = Float(
+        1.0,
+        help="""Seconds between two refreshes of the estimated start times, at least (they are
+        recomputed after a change, debounced to this interval, and every 30 s regardless).""",
+    ).tag(config=True)
+
     lease_priority_class = Unicode(
         "development",
         allow_none=True,
@@ -484,6 +498,10 @@ class GpuQueueApp(ExtensionApp):
             if self.max_pending_per_user < 0:
                 raise ValidationError("must be ≥ 0 (0: no limit)", "max_pending_per_user")
             service.max_pending_per_user = self.max_pending_per_user
+            if self.estimate_min_interval <= 0:
+                raise ValidationError("must be > 0 seconds", "estimate_min_interval")
+            service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)
+            service.estimates.min_interval = float(self.estimate_min_interval)
             self._use_stored_config(service)
             if mode == "hub-service":
                 self._use_hub_teams(service)

@@ -15,8 +15,9 @@ run times), computed here:
   the Scheduler; the forward run happens on one worker thread (``ThreadPoolExecutor(1)``), which
   alone owns the run-time model. The result is published back on the loop; a result computed from
   a snapshot older than the one already published is dropped. Workloads whose estimate changed
-  materially (more than ``max(60 s, 10 %)`` of the wait, a new reason, other workloads waited for)
-  get a ``workload`` event, so panels update without polling.
+  materially since the last event (a first estimate, a new reason, a start moved by more than
+  ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at most ``events_per_refresh`` per
+  refresh, so panels update without polling.
 - **Run times.** :class:`..engine.runtime_model.HistoryRuntime` keyed by (team, owner, command,
   shape), then (team, shape), team, everything; seeded at start from the ledger's finished runs
   (the last ``history_seed_limit``), fed as runs end (``observe_finished``); without history, the
@@ -25,7 +26,8 @@ run times), computed here:
   (the first second of the next UTC month) when it is held; ``BudgetExceeded`` otherwise.
 - **Deadlines.** A running workload being preempted ends by its eviction deadline; a notebook
   lease by its maximum run time.
-- **Faster options.** For up to ``faster_options_limit`` pending workloads per refresh whose
+- **Faster options.** Every ``faster_options_interval`` seconds (10 s), for up to
+  ``faster_options_limit`` pending workloads (highest priority, then oldest, first) whose
   estimated wait is over ``faster_options_min_wait`` seconds: the same request pinned to another
   flavor of its ClusterQueue, with another MIG profile, or with fewer GPUs, each estimated by its
   own forward run with the variant in the workload's place; a variant is offered when it starts at
@@ -122,20 +124,26 @@ class Estimates:
     refresh_interval = 30.0  # s between two refreshes at least (time passing moves predictions)
     exact_per_queue: Optional[int] = 50  # simulated per ClusterQueue; the rest extrapolated
     history_seed_limit = 20_000  # finished runs read from the ledger at start
-    faster_options_limit = 20  # workloads per refresh that get variants estimated
+    faster_options_limit = 10  # workloads per round that get variants estimated
     faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
-    faster_options_seconds = 0.25  # s of worker time per refresh for the variants, at most
+    faster_options_seconds = 0.1  # s of worker time per round for the variants, at most
+    faster_options_interval = 10.0  # s between two rounds of faster options (kept in between)
+    events_per_refresh = 200  # workload events sent per refresh at most (the rest at the next one)
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", checks: "RequestChecks",
                  costs: "Costs", events: "EventHub", log: logging.Logger, *, delegated: bool):
         self.conf, self.live, self.ledger, self.checks = conf, live, ledger, checks
         self.costs, self.events, self.log = costs, events, log
         self.delegated = delegated
-        self.enabled = True
+        self.enabled = True  # refreshes run (False once the service stops)
+        self.wanted = True  # GpuQueueApp.estimate_start_times: False, no estimates at all
         self.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())  # the worker's only
         self._observations: deque = deque()  # (Workload, seconds) to feed the model, on the worker
         self.results: dict[str, Estimate] = {}
         self.faster: dict[str, list[dict]] = {}
+        self._sent: dict[str, Estimate] = {}  # key -> the estimate the last workload event carried
+        self._sent_faster: dict[str, bool] = {}
+        self._last_faster = -math.inf  # monotonic time of the last round of faster options
         self.computed_at: Optional[float] = None
         self._published_version = -1
         self._version = 0
@@ -273,7 +281,10 @@ class Estimates:
             if deadline:
                 deadlines[key] = float(deadline)
         pending = [k for k in snap.workloads if k not in snap.admitted]
-        variants = self._variants(snap, pending) if self.faster_options_limit else {}
+        variants = None  # None: keep the faster options found before
+        if self.faster_options_limit and time.monotonic() - self._last_faster >= self.faster_options_interval:
+            self._last_faster = time.monotonic()
+            variants = self._variants(snap, pending)
         return {"version": self._version, "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
                 "variants": variants}
 
@@ -287,6 +298,8 @@ class Estimates:
         snap, now = job["snap"], job["now"]
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
                                   exact_per_queue=self.exact_per_queue)
+        if job["variants"] is None:
+            return job["version"], now, results, None, time.perf_counter() - t0
         faster: dict[str, list[dict]] = {}
         budget = self.faster_options_limit
         give_up = time.perf_counter() + self.faster_options_seconds
@@ -397,17 +410,32 @@ class Estimates:
         if version <= self._published_version:
             return  # an older snapshot than what is shown
         self._published_version = version
-        old, old_faster = self.results, self.faster
+        if faster is None:  # no new round of faster options: keep those still pending
+            faster = {k: v for k, v in self.faster.items() if k in results}
         self.results, self.faster, self.computed_at = results, faster, now
         self.refreshes += 1
-        by_key, records = self.live.by_key, self.live.records
+        # A workload event for each estimate that changed materially since the last one sent,
+        # at most events_per_refresh (first estimates first); the others go at the next refresh.
+        by_key, records, sent, sent_faster = self.live.by_key, self.live.records, self._sent, self._sent_faster
+        due_first, due = [], []
         for key, est in results.items():
             uid = by_key.get(key)
             rec = records.get(uid) if uid is not None else None
             if rec is None or rec["state"] != PENDING:
                 continue
-            if _material(old.get(key), est, now) or (old_faster.get(key) is None) != (faster.get(key) is None):
-                self.events.emit_workload(uid)
+            old = sent.get(key)
+            if old is None:
+                due_first.append((key, uid, est))
+            elif _material(old, est, now) or sent_faster.get(key, False) != (key in faster):
+                due.append((key, uid, est))
+        for key, uid, est in (due_first + due)[:self.events_per_refresh]:
+            sent[key] = est
+            sent_faster[key] = key in faster
+            self.events.emit_workload(uid)
+        if len(sent) > 2 * len(results) + 1000:  # forget workloads that left the queue
+            for key in [k for k in sent if k not in results]:
+                sent.pop(key, None)
+                sent_faster.pop(key, None)
 
     # -- the view's fields -----------------------------------------------------------------------------
     def fields(self, rec: dict) -> dict:
@@ -417,6 +445,10 @@ class Estimates:
                "estimateReason": None, "estimateMessage": None, "estimateComputedAt": None,
                "estimateApproximate": self.delegated, "fasterOptions": []}
         if rec["state"] != PENDING:
+            return out
+        if not self.wanted:
+            out["estimateReason"] = "Disabled"
+            out["estimateMessage"] = "start-time estimates are off (c.GpuQueueApp.estimate_start_times)"
             return out
         key = f"{rec['namespace']}/{rec['name']}"
         est = self.results.get(key)
@@ -514,8 +546,9 @@ def _human_wait(seconds: float) -> str:
 
 
 def _material(old: Optional[Estimate], new: Estimate, now: float) -> bool:
-    """Whether a change of estimate is worth a workload event: a first estimate, a new reason,
-    other workloads waited for, or a start moved by more than max(60 s, 10 % of the wait)."""
+    """Whether a change of estimate is worth a workload event: a new reason, an estimate gained or
+    lost, or a start moved by more than max(60 s, 25 % of the wait). (Panels count the time down
+    themselves; what an estimate waits for is refreshed with the next such event or fetch.)"""
     if old is None:
         return True
     if old.reason != new.reason:
@@ -524,9 +557,7 @@ def _material(old: Optional[Estimate], new: Estimate, now: float) -> bool:
         return True
     if new.start_at is None:
         return False
-    if [w.key for w in old.waiting_for] != [w.key for w in new.waiting_for]:
-        return True
-    return abs(new.start_at - old.start_at) > max(60.0, 0.1 * max(0.0, new.start_at - now))
+    return abs(new.start_at - old.start_at) > max(60.0, 0.25 * max(0.0, new.start_at - now))
 
 
 __all__ = ["Estimates", "ESTIMATE_CAVEAT", "history_keys", "next_month_start"]

@@ -187,7 +187,7 @@ class QueueService:
             self.estimates.seed_history()
         except Exception:  # pragma: no cover - estimates fall back to declared run times
             self.log.warning("gpuqueue: could not read past run times for the estimates", exc_info=True)
-        self.estimates.enabled = True
+        self.estimates.enabled = self.estimates.wanted
         from ..ledger.group_commit import GroupCommitter
 
         self.live.committer = GroupCommitter(self.ledger)
