@@ -111,6 +111,8 @@ def snapshot(sched: Scheduler, *, positions: bool = True, copy_pending: bool = T
         alloc = DeviceAllocator(sched.inventory)
         alloc.owner = dict(sched.allocator.owner)
         alloc.by_workload = {k: list(v) for k, v in sched.allocator.by_workload.items()}
+        if hasattr(sched.allocator, "nominated"):  # devices kept for waiting preemptors (placement.py)
+            alloc.nominated = dict(sched.allocator.nominated)
         new.allocator = alloc
     else:
         new.allocator = None
