@@ -37,6 +37,8 @@ import yaml
 from .engine import model
 from .engine.errors import ManifestError
 from .engine.manifests import Manifests, load_documents, parse_yaml_documents
+from .engine.placement import DeviceAllocator
+from .engine.quota import QuotaTree
 from .engine.quantity import format_quantity, parse_quantity
 from .errors import NotFound, ValidationError
 from .ledger.pricing import Prices
@@ -61,6 +63,8 @@ __all__ = [
     "prices_from_request",
     "prices_view",
     "config_summary",
+    "capacity_warnings",
+    "check_exact_quotas",
 ]
 
 
@@ -605,8 +609,10 @@ def _quota_json(resource: str, value: Optional[int]) -> Optional[str]:
     return None if value is None else format_quantity(resource, value)
 
 
-def config_view(config: model.ClusterConfig, prices: Prices) -> dict:
+def config_view(config: model.ClusterConfig, prices: Prices, inventory: Optional[model.Inventory] = None) -> dict:
     """The JSON view of ``GET admin/config`` (``AdminConfig`` in openapi.yaml).
+
+    ``warnings``: :func:`capacity_warnings` against ``inventory`` (quota above the hardware).
 
     ClusterQueues list every quota as ``{"flavor", "resource", "nominalQuota", "borrowingLimit",
     "lendingLimit", "path"}`` (quantities as strings, limits null when unset; ``path`` is the Kueue
@@ -657,6 +663,7 @@ def config_view(config: model.ClusterConfig, prices: Prices) -> dict:
         "priorityClasses": pcs,
         "fairSharing": config.fair_sharing.enable,
         "prices": prices_view(config, prices),
+        "warnings": capacity_warnings(config, inventory),
     }
 
 
@@ -672,3 +679,78 @@ def config_summary(config: model.ClusterConfig) -> dict:
         "namespaces": len(config.namespaces),
     }
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Quota against hardware
+
+
+def capacity_warnings(config: model.ClusterConfig, inventory: Optional[model.Inventory]) -> list[str]:
+    """Where the configuration promises more devices than the inventory has.
+
+    For every cohort tree (a root Cohort with everything under it, or a ClusterQueue without a
+    cohort) and every (ResourceFlavor, device resource) — ``nvidia.com/gpu`` and
+    ``nvidia.com/mig-<profile>`` — the nominal quotas of its ClusterQueues and Cohorts are added up
+    and compared with the devices of that resource on the nodes whose labels match the flavor's
+    ``nodeLabels`` (GPUs in MIG mode count as their MIG devices, not as GPUs). Where the quota is
+    larger, workloads that fit the quota may not find devices: they wait with ``PlacementFailed``,
+    or preempt lower-priority workloads on the nodes (docs/engine.md, "Preemption for placement"),
+    which Kueue's quota rules alone would never do. When no single tree exceeds the hardware but
+    several trees together do, that is said too (placement preemption stays inside a cohort tree).
+
+    Returns one sentence per finding, in a stable order (empty without an inventory). Kueue has no
+    such check: its quotas need not match any node (``apis/kueue/v1beta1/clusterqueue_types.go``)."""
+    if inventory is None or not inventory.nodes:
+        return []
+    tree = QuotaTree(config)
+    per_root: dict[tuple[str, str, str], int] = {}  # (root, flavor, resource) -> nominal
+    kind_of: dict[str, str] = {}
+
+    def add(root_node, groups) -> None:
+        kind_of[root_node.name] = "ClusterQueue" if root_node.is_cluster_queue else "Cohort"
+        for rg in groups:
+            for fq in rg.flavors:
+                for rq in fq.resources:
+                    if _is_device(rq.name) and rq.nominal_quota > 0:
+                        k = (root_node.name, fq.name, rq.name)
+                        per_root[k] = per_root.get(k, 0) + rq.nominal_quota
+
+    for name, cq in config.cluster_queues.items():
+        add(tree.cluster_queues[name].root(), cq.resource_groups)
+    for name, co in config.cohorts.items():
+        if name in tree.cohorts:
+            add(tree.cohorts[name].root(), co.resource_groups)
+    alloc = DeviceAllocator(inventory)
+    devices: dict[tuple[str, str], int] = {}
+
+    def count(flavor: str, resource: str) -> int:
+        if (flavor, resource) not in devices:
+            fl = config.resource_flavors.get(flavor)
+            labels = fl.node_labels if fl is not None else {}
+            devices[(flavor, resource)] = sum(
+                len(alloc.devices_of(n.name, resource)) for n in inventory.nodes
+                if all(n.labels.get(k) == v for k, v in labels.items()))
+        return devices[(flavor, resource)]
+
+    out: list[str] = []
+    totals: dict[tuple[str, str], list[int]] = {}
+    for (root, flavor, resource), quota in sorted(per_root.items()):
+        have = count(flavor, resource)
+        t = totals.setdefault((flavor, resource), [0, 0, 0])
+        t[0] += quota
+        t[1] += 1
+        if quota > have:
+            t[2] += 1
+            who = f"Cohort {root}" if kind_of[root] == "Cohort" else f"ClusterQueue {root} (no cohort)"
+            out.append(
+                f"{who} has {quota} {resource} of flavor {flavor} in nominal quota, but the inventory has "
+                f"{have}: workloads within quota may wait for devices (PlacementFailed) or preempt "
+                "lower-priority workloads on the nodes")
+    for (flavor, resource), (quota, roots, over) in sorted(totals.items()):
+        have = count(flavor, resource)
+        if roots > 1 and not over and quota > have:
+            out.append(
+                f"The ClusterQueues together have {quota} {resource} of flavor {flavor} in nominal quota "
+                f"({roots} cohort trees), but the inventory has {have}: workloads within quota may wait "
+                "for devices (PlacementFailed); preemption for placement does not cross cohorts")
+    return out

@@ -647,3 +647,52 @@ def test_patch_priority_class_picks_the_workload_priority_class_first():
     with pytest.raises(Exception) as e:
         admin.patch_priority_class(config, "low", {"kind": "Deployment"})
     assert getattr(e.value, "field", None) == "kind"
+
+
+# -- issue 15 item 8: quota above the hardware -------------------------------------------------------
+
+
+async def test_quota_above_the_hardware_warns_and_placement_preempts_lower_priority(jp_fetch, started, check_schema):
+    """The issue's scenario: team-b's A100 quota raised to 3 gives the cohort 7 A100s of quota for 6
+    devices (a warning in the answer, the audit entry and GET admin/config). A development job holds
+    one A100; an experiment-high 6 × A100 job fits the quota but not the devices: the development
+    job is preempted for it (reason InNodePlacement), and it runs."""
+    view = await ok(jp_fetch, "admin", "cluster-queues", "team-b-cq", method="PATCH",
+                    body={"resources": [{**A100_GPU, "nominalQuota": "3"}]})
+    warning = ("Cohort research has 7 nvidia.com/gpu of flavor nvidia-a100 in nominal quota, but the inventory "
+               "has 6: workloads within quota may wait for devices (PlacementFailed) or preempt lower-priority "
+               "workloads on the nodes")
+    assert view["warnings"] == [warning]
+    check_schema("AdminConfig", view)
+    assert (await ok(jp_fetch, "admin", "config"))["warnings"] == [warning]
+    entry = (await audit(jp_fetch))["items"][0]
+    check_schema("AuditEntry", entry)
+    assert entry["warnings"] == [warning] and "warnings" not in entry["after"]
+    assert entry["after"]["kind"] == "ClusterQueue"
+    # a dry-run import of the same configuration says so too
+    exported = (await call(jp_fetch, "admin", "config", params={"format": "yaml"}))[1]
+    dry = await ok(jp_fetch, "admin", "import", method="POST", params={"dryRun": "true"}, body=exported,
+                   headers={"Content-Type": "application/yaml"})
+    assert dry["warnings"] == [warning]
+    try:
+        await ok(jp_fetch, "workloads", method="POST", expect=201,
+                 body=command_job(SLEEP, name="dev-notebook", localQueue="team-b/team-b-queue",
+                                  flavor="nvidia-a100", priorityClass="development"))
+        await wait_for_state(jp_fetch, "team-b", "dev-notebook", ("Running",))
+        await ok(jp_fetch, "workloads", method="POST", expect=201,
+                 body=command_job(SLEEP, name="high-six", gpus=6, flavor="nvidia-a100",
+                                  priorityClass="experiment-high"))
+        high = await wait_for_state(jp_fetch, "team-a", "high-six", ("Running",), timeout=30)
+        assert sorted(high["visibleDevices"].split(",")) == [str(i) for i in range(6)], high
+        dev = await ok(jp_fetch, "workloads", "team-b", "dev-notebook")
+        assert dev["state"] == "Pending" and dev["evictions"] == 1, dev
+        # back in the queue; nothing of lower priority runs for it to preempt: it waits for devices
+        assert dev["reason"] == "PlacementFailed", dev
+    finally:
+        await cancel_all(jp_fetch)
+
+    # back to 2: no warning any more
+    view = await ok(jp_fetch, "admin", "cluster-queues", "team-b-cq", method="PATCH",
+                    body={"resources": [{**A100_GPU, "nominalQuota": "2"}]})
+    assert view["warnings"] == []
+    assert (await audit(jp_fetch))["items"][0]["warnings"] == []

@@ -13,7 +13,12 @@ first, like the rest of the API.
   lendingLimit per flavor and resource).
 - ``PATCH admin/priority-classes/{name}``: value and description.
 - ``GET`` / ``PUT admin/prices``: USD per GPU-hour per ResourceFlavor.
-- ``GET admin/audit``: who changed what, when, before → after (newest first).
+- ``GET admin/audit``: who changed what, when, before → after (newest first), and the warnings
+  the change was applied with.
+
+A change that leaves a cohort tree more nominal quota of a flavor's devices than the inventory has
+is applied, with ``warnings`` in the answer (and in ``GET admin/config``) saying where
+(``admin.capacity_warnings``).
 
 Changes are validated by :mod:`jupyter_gpuqueue.admin` (Kueue's rules, 400 naming the field,
 nothing changed on error) and applied live by ``QueueService.apply_config``.
@@ -65,11 +70,14 @@ class AdminHandler(GpuQueueHandler):
             "ignored": m.ignored,
             "warnings": m.warnings,
         }
-        if not dry_run:
+        if dry_run:
+            answer["warnings"] = m.warnings + admin.capacity_warnings(m.config, service.inventory)
+        else:
             before = {"summary": admin.config_summary(service.config), "kueueYaml": admin.config_to_yaml(service.config)}
             after = {"summary": admin.config_summary(m.config), "kueueYaml": admin.config_to_yaml(m.config)}
-            answer.update(service.apply_config(m.config, actor=self.user, operation="import",
-                                               target="configuration", before=before, after=after))
+            applied = service.apply_config(m.config, actor=self.user, operation="import",
+                                           target="configuration", before=before, after=after)
+            answer.update(applied, warnings=m.warnings + applied["warnings"])
         self.write_json(answer)
 
 
@@ -90,7 +98,7 @@ class AdminConfigHandler(AdminHandler):
                       "`jupyter gpuqueue import-kueue`.")
             self.finish(admin.config_to_yaml(service.config, header), set_content_type=YAML_TYPE)
             return
-        view = admin.config_view(service.config, service.prices)
+        view = admin.config_view(service.config, service.prices, service.inventory)
         stored = service.ledger.active_config()
         view["stored"] = (
             {"updatedAt": stored["created_at"], "updatedBy": stored["actor"]} if stored else None
@@ -124,7 +132,7 @@ class AdminClusterQueueHandler(AdminHandler):
         config, before, after = admin.patch_cluster_queue(service.config, name, self.json_body())
         applied = service.apply_config(config, actor=self.user, operation="patch-cluster-queue",
                                        target=f"ClusterQueue/{name}", before=before, after=after)
-        self.write_json({**admin.config_view(service.config, service.prices), **applied})
+        self.write_json({**admin.config_view(service.config, service.prices, service.inventory), **applied})
 
 
 class AdminPriorityClassHandler(AdminHandler):
@@ -137,7 +145,7 @@ class AdminPriorityClassHandler(AdminHandler):
         config, before, after = admin.patch_priority_class(service.config, name, self.json_body())
         applied = service.apply_config(config, actor=self.user, operation="patch-priority-class",
                                        target=f"{after['kind']}/{name}", before=before, after=after)
-        self.write_json({**admin.config_view(service.config, service.prices), **applied})
+        self.write_json({**admin.config_view(service.config, service.prices, service.inventory), **applied})
 
 
 class AdminPricesHandler(AdminHandler):
@@ -170,11 +178,16 @@ class AdminAuditHandler(AdminHandler):
         limit = self.int_argument("limit", 100, minimum=1, maximum=1000)  # 400 above, as documented
         offset = self.int_argument("offset", 0)
         rows, total = self.service.ledger.audit_log(limit=limit, offset=offset)
-        items = [
-            {"id": r["id"], "at": r["at"], "actor": r["actor"], "operation": r["operation"],
-             "target": r["target"], "before": r["before"], "after": r["after"]}
-            for r in rows
-        ]
+        items = []
+        for r in rows:
+            after, warnings = r["after"], []
+            if isinstance(after, dict) and "warnings" in after:  # recorded by apply_config
+                after = dict(after)
+                warnings = after.pop("warnings")
+                if set(after) == {"value"}:
+                    after = after["value"]
+            items.append({"id": r["id"], "at": r["at"], "actor": r["actor"], "operation": r["operation"],
+                          "target": r["target"], "before": r["before"], "after": after, "warnings": warnings})
         self.finish(json.dumps({"items": items, "total": total}))
 
 

@@ -48,10 +48,15 @@ class Configuration:
         ``before`` → ``after``) are written in one ledger transaction before the swap; the next
         scheduling cycle uses the new configuration.
 
+        Where the new configuration gives a cohort tree more nominal quota of a flavor's devices
+        than the inventory has (``admin.capacity_warnings``), the warnings are returned and
+        recorded in the audit entry, as ``after["warnings"]`` (a list of sentences; the audit API
+        shows them as the entry's ``warnings``).
+
         Raises ValidationError (field ``localQueues``, nothing changed) when an active workload's
         LocalQueue, the ClusterQueue behind it, or the ClusterQueue that admitted it would
-        disappear. Returns ``{"appliedAt": seconds, "auditId": int}``."""
-        from ..admin import config_to_yaml
+        disappear. Returns ``{"appliedAt": seconds, "auditId": int, "warnings": [str]}``."""
+        from ..admin import capacity_warnings, config_to_yaml
 
         lost = []
         for rec in self.live.records.values():
@@ -77,6 +82,10 @@ class Configuration:
             lq = config.local_queues.get(f"{rec['namespace']}/{rec['local_queue']}")
             if rec["state"] == PENDING and lq is not None and lq.cluster_queue != rec.get("cluster_queue"):
                 moved[uid] = lq.cluster_queue
+        warnings = capacity_warnings(config, self.conf.scheduler.inventory)
+        if warnings:
+            after = {**after, "warnings": warnings} if isinstance(after, dict) else {"value": after,
+                                                                                   "warnings": warnings}
         with self.ledger.transaction():
             self.ledger.save_config(config_to_yaml(config), prices.to_json(), actor, now)
             audit_id = self.ledger.add_audit(actor=actor, operation=operation, target=target,
@@ -94,7 +103,7 @@ class Configuration:
         self.wake()
         self.events.emit({"type": "queues"})
         self.events.emit({"type": "inventory"})
-        return {"appliedAt": now, "auditId": audit_id}
+        return {"appliedAt": now, "auditId": audit_id, "warnings": warnings}
 
     def load_stored_config(self) -> bool:
         """Before :meth:`start`: make the configuration admins applied last (stored in the ledger)
