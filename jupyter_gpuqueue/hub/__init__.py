@@ -14,17 +14,19 @@ Imported on the hub side only (it needs ``jupyterhub``, ``tornado``); nothing he
 by the queue service.
 """
 
-from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig
+from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig, GpuQueueSpawnRefused
 from .lease import HubLease
-from .profiles import describe_request, lease_request_for, profiles_form, progress_message
+from .profiles import describe_request, estimate_text, lease_request_for, profiles_form, progress_message
 from .spawner import GpuQueueSpawnerMixin, gpuqueue_post_stop_hook, gpuqueue_pre_spawn_hook
 
 __all__ = [
     "GpuQueueSpawnError",
+    "GpuQueueSpawnRefused",
     "GpuQueueSpawnerConfig",
     "GpuQueueSpawnerMixin",
     "HubLease",
     "describe_request",
+    "estimate_text",
     "gpuqueue_post_stop_hook",
     "gpuqueue_pre_spawn_hook",
     "lease_request_for",

@@ -30,6 +30,44 @@ class GpuQueueSpawnError(Exception):
         self.jupyterhub_message = message
 
 
+def _refusal_base() -> type:
+    """JupyterHub's ``SpawnException`` (6.0 and later: the spawn fails with its status code and
+    message, no traceback is logged), else tornado's ``HTTPError`` (JupyterHub 5: passed through
+    to the spawn page likewise)."""
+    try:
+        from jupyterhub.spawner import SpawnException
+
+        return SpawnException
+    except ImportError:  # pragma: no cover - JupyterHub 5
+        from tornado.web import HTTPError
+
+        return HTTPError
+
+
+class GpuQueueSpawnRefused(GpuQueueSpawnError, _refusal_base()):  # type: ignore[misc]
+    """A spawn the GPU queue refuses for a reason the user can act on (no team, a scope not held,
+    a request the queue finds invalid, an unknown profile): the spawn page shows ``message`` with
+    the 4xx ``status`` (``status_code``) instead of JupyterHub's "500: Unhandled error starting
+    server". ``str()`` is the message."""
+
+    def __init__(self, message: str, status: int = 400):
+        base = type(self).__mro__[2]  # SpawnException or HTTPError
+        if base.__name__ == "SpawnException":
+            base.__init__(self, message, reason="gpuqueue", status_code=status)
+        else:  # pragma: no cover - JupyterHub 5
+            base.__init__(self, status, None, reason="GPU queue")
+        self.status = status
+        self.status_code = status
+        self.jupyterhub_message = message
+        self._message = message
+
+    def __str__(self) -> str:
+        return self._message
+
+    def get_message(self) -> str:  # tornado's HTTPError interface (JupyterHub's error page)
+        return self._message
+
+
 class GpuQueueSpawnerConfig(LoggingConfigurable):
     """The ``gpuqueue_*`` settings (traits of :class:`GpuQueueSpawnerMixin`; for the plain hooks
     set them as ``c.GpuQueueSpawnerConfig.<name>``)."""

@@ -9,14 +9,18 @@ import time
 from typing import Any, Optional
 from urllib.parse import quote
 
-from .config import API_PATH, LEASE_KIND, REQUEST_KEYS, GpuQueueSpawnError, queue_url, setting
+from .config import API_PATH, LEASE_KIND, REQUEST_KEYS, GpuQueueSpawnError, GpuQueueSpawnRefused, queue_url, setting
 from .profiles import describe_request, progress_message
 
 
 class QueueClient:
     """Minimal async client of the gpuqueue REST API (tornado's AsyncHTTPClient, so the hub's
     event loop never blocks). ``base_url``: the service root, e.g.
-    ``http://127.0.0.1:9999/services/gpuqueue/``; ``token``: sent as ``Authorization: token``."""
+    ``http://127.0.0.1:9999/services/gpuqueue/``; ``token``: sent as ``Authorization: token``.
+
+    An error answer raises :class:`GpuQueueSpawnError` (``status``: the HTTP status), a 4xx one
+    its subclass :class:`GpuQueueSpawnRefused` whose message is the queue's own (naming the
+    field), so that a spawn refused by the queue fails with that status and message."""
 
     def __init__(self, base_url: str, token: str, *, request_timeout: float = 30.0):
         self.base_url = base_url.rstrip("/") + "/"
@@ -35,19 +39,27 @@ class QueueClient:
         try:
             resp = await AsyncHTTPClient().fetch(url, **kw)
         except HTTPClientError as e:
-            detail = ""
+            detail, field = "", None
             if e.response is not None and e.response.body:
                 try:
                     data = json.loads(e.response.body)
                     detail = data.get("message") or ""
-                    if data.get("field"):
-                        detail = f"{detail} (field {data['field']})"
-                except ValueError:
-                    detail = e.response.body[:200].decode("utf-8", "replace")
-            raise GpuQueueSpawnError(f"GPU queue: {method} {path} → {e.code}: {detail or e.message}", e.code) from None
+                    field = data.get("field")
+                except (ValueError, AttributeError):
+                    detail = ""  # not the queue's JSON (a proxy's or the hub's HTML page)
+            named = f"{detail} (field {field})" if field and field not in detail else detail
+            if 400 <= e.code < 500 and e.code not in (401, 408):
+                refused = GpuQueueSpawnRefused(f"the GPU queue refused it: {named or e.message}", e.code)
+                refused.detail = detail or str(e.message)  # the queue's words, for the spawn page
+                raise refused from None
+            raise GpuQueueSpawnError(f"GPU queue: {method} {path} → {e.code}: {named or e.message}", e.code) from None
         except OSError as e:
             raise GpuQueueSpawnError(f"GPU queue unreachable at {self.base_url}: {e}") from None
         return json.loads(resp.body) if resp.body else {}
+
+    async def info(self) -> dict:
+        """``GET info``: the token's user, their ``localQueues`` (``[]``: in no team), flavors, …"""
+        return await self._call("GET", "info")
 
     async def submit(self, request: dict) -> dict:
         return await self._call("POST", "workloads", request)
@@ -68,17 +80,18 @@ class QueueClient:
 TOKEN_LIFETIME_SECONDS = 7 * 24 * 3600
 
 
-def _new_user_token(spawner: Any, note: str) -> str:
-    """A new API token of ``spawner.user`` with only ``gpuqueue_token_scopes``. Raises
-    GpuQueueSpawnError naming the scopes when the user does not hold them."""
+def _new_user_token(spawner: Any, note: str, expires_in: int = TOKEN_LIFETIME_SECONDS) -> str:
+    """A new API token of ``spawner.user`` with only ``gpuqueue_token_scopes``, valid for
+    ``expires_in`` seconds. Raises GpuQueueSpawnRefused (403) naming the scopes when the user does
+    not hold them."""
     user = spawner.user
     scopes = list(setting(spawner, "gpuqueue_token_scopes"))
     try:
-        token = user.new_api_token(note=note, scopes=scopes, expires_in=TOKEN_LIFETIME_SECONDS)
+        token = user.new_api_token(note=note, scopes=scopes, expires_in=expires_in)
     except (ValueError, KeyError) as e:
-        raise GpuQueueSpawnError(
-            f"cannot queue {user.name}'s server for a GPU: the user needs the scopes {', '.join(scopes)} "
-            f"(grant them with a role in c.JupyterHub.load_roles): {e}"
+        raise GpuQueueSpawnRefused(
+            f"{user.name} may not use the GPU queue: that needs the scopes {', '.join(scopes)}; ask a "
+            f"hub admin to grant them (a role in c.JupyterHub.load_roles). ({e})", 403
         ) from None
     user.db.commit()
     return token
@@ -150,9 +163,16 @@ class HubLease:
         log = self.spawner.log
         timeout = float(setting(self.spawner, "gpuqueue_admission_timeout") or 0)
         interval = max(0.05, float(setting(self.spawner, "gpuqueue_poll_interval")))
-        client = self._client()
         try:
+            client = self._client()
             self._set(await client.submit(self._body()), 10)
+        except GpuQueueSpawnRefused as e:
+            self._drop_token()
+            self.done = True
+            self.changed.set()
+            raise GpuQueueSpawnRefused(
+                f"Cannot start this server with {describe_request(self.request)}: {getattr(e, 'detail', None) or e}",
+                e.status) from None
         except BaseException:
             self._drop_token()
             self.done = True
@@ -168,7 +188,9 @@ class HubLease:
                     self._set(w, 30)
                     return w
                 if w["state"] in ("Succeeded", "Failed", "Cancelled"):
-                    raise GpuQueueSpawnError(f"the GPU lease ended before admission: {w.get('message') or w['state']}")
+                    # withdrawn in the queue (by the user, an admin): a spawn failure to show, not a crash
+                    raise GpuQueueSpawnRefused(
+                        f"the GPU lease ended before admission: {w.get('message') or w['state']}", 409)
                 if timeout and time.monotonic() - start > timeout:
                     raise GpuQueueSpawnError(
                         f"no {describe_request(self.request)} within {timeout:g} s "

@@ -6,6 +6,7 @@ Pure functions of plain data (profile dicts, Workload views as docs/rest-api.md 
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any, Optional
 
 from .config import REQUEST_KEYS, setting
@@ -154,13 +155,28 @@ def selected_profile(profiles: list, user_options: dict) -> Optional[dict]:
     return profiles[0]
 
 
-def profiles_form(profiles: list) -> str:
+def profile_needs_gpu(profile: dict) -> bool:
+    """Whether a ``profile_list`` entry queues for a GPU: its own request, or that of any choice of
+    its ``profile_options`` (raises ValueError as :func:`request_from_profile`)."""
+    if request_from_profile(profile):
+        return True
+    for option in (profile.get("profile_options") or {}).values():
+        for choice in (option.get("choices") or {}).values():
+            if request_from_profile({"slug": profile.get("slug"), **{k: choice[k] for k in ("gpuqueue", "kubespawner_override") if k in choice}}):
+                return True
+    return False
+
+
+def profiles_form(profiles: list, note: str = "") -> str:
     """An ``options_form`` (HTML) choosing one of ``profiles`` (``slug``, ``display_name``,
     ``description``, ``default``) as ``user_options["profile"]``, for spawners without
-    KubeSpawner's own profile form."""
+    KubeSpawner's own profile form. ``note``: plain text shown above the choices (why GPU profiles
+    are not offered, :meth:`~.spawner.GpuQueueSpawnerMixin.get_options_form`)."""
     from html import escape
 
     rows = []
+    if note:
+        rows.append(f"<div class='alert alert-warning' role='status' id='gpuqueue-note'>{escape(note)}</div>")
     chosen = selected_profile(list(profiles), {}) if profiles else None
     for p in profiles:
         slug = escape(str(p["slug"]), quote=True)
@@ -194,17 +210,89 @@ def lease_request_for(spawner: Any) -> Optional[dict]:
     return req or None
 
 
-def progress_message(workload: dict, request: dict) -> str:
-    """The spawn-page line for a lease: ``"position 3 in team-a's queue, waiting for 1 × A100"``
-    while pending (position counted from 1), with the queue's reason appended when it is not
-    plain quota (e.g. ``"Pending the preemption of 1 workload(s)"``)."""
+def _span(seconds: float) -> str:
+    """``"4 min"``, ``"1 h 5 min"``, ``"3 d"``: a duration as the spawn page says it."""
+    minutes = max(1, int(round(seconds / 60.0)))
+    if minutes < 60:
+        return f"{minutes} min"
+    if minutes < 48 * 60:
+        h, m = divmod(minutes, 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    return f"{int(round(minutes / 1440.0))} d"
+
+
+def _range(early: float, late: float) -> str:
+    """``"2–9 min"``, ``"45 min–2 h"``: the bounds of an estimate, the unit said once where shared."""
+    a, b = _span(early), _span(late)
+    if a.endswith(" min") and b.endswith(" min") and " h " not in a + b:
+        return f"{a[:-4]}–{b}"
+    return f"{a}–{b}"
+
+
+def estimate_text(workload: dict, now: Optional[float] = None) -> str:
+    """What the queue expects of a pending lease, from its view's ``estimatedStartAt`` (epoch
+    seconds or None), ``estimatedStartRange`` (``{"early", "late"}`` epoch seconds, or None),
+    ``estimateReason`` and ``estimateMessage``: ``"expected in ~4 min (2–9 min)"``,
+    ``"expected any moment now"``, ``"no estimate yet"``, or ``"no estimate: <why>"``. ``now``:
+    epoch seconds (default: the clock)."""
+    now = time.time() if now is None else float(now)
+    at = workload.get("estimatedStartAt")
+    if isinstance(at, (int, float)):
+        wait = float(at) - now
+        if wait < 30:
+            text = "expected any moment now"
+        else:
+            text = f"expected in ~{_span(wait)}"
+        rng = workload.get("estimatedStartRange")
+        if isinstance(rng, dict) and isinstance(rng.get("early"), (int, float)) and isinstance(rng.get("late"), (int, float)):
+            early, late = max(0.0, float(rng["early"]) - now), max(0.0, float(rng["late"]) - now)
+            if late >= 60 and _span(early) != _span(late):
+                text += f" ({_range(early, late)})"
+        return text
+    reason = workload.get("estimateReason")
+    if not reason or reason == "NotYetEstimated":
+        return "no estimate yet"
+    why = workload.get("estimateMessage") or reason
+    return f"no estimate: {why}"
+
+
+def waiting_for_text(workload: dict, now: Optional[float] = None) -> str:
+    """The first workload a pending lease waits for (``waitingFor`` of its view): ``"after
+    team-b/train-x (2 × nvidia-a100, ends in ~3 min)"``, ``"+ 2 more"`` when there are more; a
+    hidden name (None) reads as ``"a job of team-b"``. ``""`` when the view names none."""
+    items = [w for w in (workload.get("waitingFor") or []) if isinstance(w, dict)]
+    if not items:
+        return ""
+    now = time.time() if now is None else float(now)
+    first = items[0]
+    ns = first.get("namespace") or "?"
+    who = f"{ns}/{first['name']}" if first.get("name") else f"a {'queued' if first.get('kind') == 'pending' else 'running'} job of {ns}"
+    bits = [str(first["summary"])] if first.get("summary") else []
+    end = first.get("expectedEndAt")
+    if isinstance(end, (int, float)):
+        verb = "starts and ends" if first.get("kind") == "pending" else "ends"
+        bits.append(f"{verb} in ~{_span(float(end) - now)}" if float(end) - now >= 30 else f"{verb} any moment now")
+    text = f"after {who}" + (f" ({', '.join(bits)})" if bits else "")
+    if len(items) > 1:
+        text += f" + {len(items) - 1} more"
+    return text
+
+
+def progress_message(workload: dict, request: dict, now: Optional[float] = None) -> str:
+    """The spawn-page line for a lease. Pending: ``"position 1 in team-a's queue · expected in ~4 min
+    (2–9 min) · waiting for 1 × A100 after team-b/train-x (2 × nvidia-a100, ends in ~3 min)"`` (position
+    counted from 1; the estimate as :func:`estimate_text`, what it waits for as
+    :func:`waiting_for_text`), with the queue's reason appended when it is not plain quota (e.g.
+    ``"Pending the preemption of 1 workload(s)"``). Admitted: ``"1 × A100 admitted in team-a's
+    queue (devices 0)"``. ``now``: epoch seconds (default: the clock)."""
     what = describe_request(request)
     team = workload.get("namespace", "?")
     state = workload.get("state")
     if state == "Pending":
         pos = workload.get("positionInLocalQueue")
         where = f"position {pos + 1} in {team}'s queue" if isinstance(pos, int) else f"queued in {team}'s queue"
-        line = f"{where}, waiting for {what}"
+        after = waiting_for_text(workload, now)
+        line = f"{where} · {estimate_text(workload, now)} · waiting for {what}" + (f" {after}" if after else "")
         msg = workload.get("message") or ""
         if msg.startswith("Pending the preemption"):
             line += f" ({msg})"

@@ -37,9 +37,26 @@ import math
 import time
 from typing import Any, Optional
 
-from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig
-from .lease import HubLease, lease_end, lease_environment
-from .profiles import lease_request_for
+from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig, GpuQueueSpawnRefused, queue_url, setting
+from .lease import HubLease, QueueClient, _delete_user_token, _new_user_token, lease_end, lease_environment
+from .profiles import lease_request_for, profile_needs_gpu, profiles_form
+
+NO_TEAM_NOTE = (
+    "You are in no team of the GPU queue, so only servers without a GPU are offered. "
+    "To use a GPU, ask a hub admin to add you to a group that is a team of the queue."
+)
+NO_SCOPES_NOTE = (
+    "You may not use the GPU queue, so only servers without a GPU are offered. "
+    "To use a GPU, ask a hub admin to grant you the GPU queue's role."
+)
+
+
+def _request_for(spawner: Any) -> Optional[dict]:
+    """:func:`lease_request_for`, a malformed or unknown profile choice refused with status 400."""
+    try:
+        return lease_request_for(spawner)
+    except ValueError as e:
+        raise GpuQueueSpawnRefused(f"Cannot start this server: {e}", 400) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -50,7 +67,7 @@ async def gpuqueue_pre_spawn_hook(spawner: Any) -> None:
     """``c.Spawner.pre_spawn_hook``: queue the server for its GPU and wait until admitted, then put
     the devices in ``spawner.environment``. The lease is kept as ``spawner.gpuqueue_lease``. No GPU
     requested: nothing happens. Raises GpuQueueSpawnError (the spawn fails with its message)."""
-    request = lease_request_for(spawner)
+    request = _request_for(spawner)
     if not request:
         return
     lease = HubLease(spawner, request)
@@ -108,7 +125,7 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         decided = self._decided_event()
         try:
             await self._gpuqueue_release(previous, "new spawn")  # none normally: stop() released it
-            request = lease_request_for(self)
+            request = _request_for(self)
             if request:
                 self.gpuqueue_lease = HubLease(self, request)
         finally:
@@ -119,6 +136,50 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             r = self.pre_spawn_hook(self)
             if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
                 await r
+
+    async def gpuqueue_access(self) -> tuple[bool, str]:
+        """Whether this spawner's user may queue for a GPU: ``(True, "")``, or ``(False, note)``
+        with the reason in words for the spawn page (in no team of the queue: its ``info`` lists no
+        LocalQueue; or without the queue's scopes). Asks the queue as the user, with a token of
+        the user's made for this and deleted at once. A fixed ``gpuqueue_api_token`` (whose owner
+        is not this user) or an unreachable queue: ``(True, "")`` (the spawn then says why)."""
+        if setting(self, "gpuqueue_api_token"):
+            return True, ""
+        try:
+            token = _new_user_token(self, f"gpuqueue options form of {self._log_name}", expires_in=300)
+        except GpuQueueSpawnRefused:
+            return False, NO_SCOPES_NOTE
+        try:
+            info = await QueueClient(queue_url(self), token, request_timeout=10).info()
+        except GpuQueueSpawnError as e:
+            self.log.warning("gpuqueue: cannot ask the queue whether %s is in a team: %s", self._log_name, e)
+            return True, ""
+        finally:
+            _delete_user_token(self, token)
+        if not info.get("localQueues"):
+            return False, NO_TEAM_NOTE
+        return True, ""
+
+    async def get_options_form(self):
+        """The spawn form. When it is the form :func:`~.profiles.profiles_form` makes of
+        ``gpuqueue_profiles`` (as ``jupyterhub_config/local/spawner.py`` configures it), a user
+        who may not queue for a GPU (:meth:`gpuqueue_access`) is offered only the profiles without
+        a GPU, under a note saying why and what to do. Any other form is shown as configured (a
+        GPU spawn of such a user then fails with the queue's reason and a 4xx status)."""
+        form = await super().get_options_form()
+        profiles = list(self.gpuqueue_profiles or [])
+        if not profiles or not isinstance(form, str) or form != profiles_form(profiles):
+            return form
+        try:
+            gpu = [profile_needs_gpu(p) for p in profiles]
+        except ValueError:
+            return form  # a malformed profile: the spawn names it
+        if not any(gpu):
+            return form
+        allowed, note = await self.gpuqueue_access()
+        if allowed:
+            return form
+        return profiles_form([p for p, g in zip(profiles, gpu) if not g], note=note)
 
     async def progress(self):
         # The progress stream may open before run_pre_spawn_hook ran (JupyterHub marks the spawn

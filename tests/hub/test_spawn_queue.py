@@ -4,8 +4,8 @@ spawner.py: QueuedLocalSpawner with profiles).
 
 alice's team (team-a) and its cohort have 6 A100s. A job of alice's holds all 6; alice then asks
 for a server with the "1 × A100" profile: the spawn waits, and its progress stream
-(``GET /hub/api/users/alice/server/progress``) says "position 1 in team-a's queue, waiting for
-1 × A100". When the job is cancelled, the lease is admitted and the server starts with
+(``GET /hub/api/users/alice/server/progress``) says "position 1 in team-a's queue · expected in
+~10 min · waiting for 1 × A100". When the job is cancelled, the lease is admitted and the server starts with
 CUDA_VISIBLE_DEVICES set to the assigned GPU; stopping the server releases the lease.
 """
 
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import requests
 
 
 def _hub_helpers():
@@ -147,10 +149,12 @@ def test_gpu_spawn_waits_in_queue_with_position_then_starts_on_its_gpu(qhub):
     reader = threading.Thread(target=_read_progress, args=(qhub, "alice", events, done), daemon=True)
     reader.start()
 
-    # The spawn waits in the queue, and says where it stands.
-    expected = "position 1 in team-a's queue, waiting for 1 × A100"
+    # The spawn waits in the queue, and says where it stands and when it expects to start (the
+    # holder's maximum run time is 10 minutes).
+    expected = re.compile(r"position 1 in team-a's queue · (expected in ~\d+ min( \(\d+–\d+ min\))?|"
+                          r"expected any moment now|no estimate yet) · waiting for 1 × A100")
     deadline = time.monotonic() + 60
-    while not any(expected in (e.get("message") or "") for e in events):
+    while not any(expected.search(e.get("message") or "") for e in events):
         assert not done.is_set(), f"progress ended early: {events}\n{qhub.log_tail()}"
         assert time.monotonic() < deadline, f"no queue position in {events}\n{qhub.log_tail()}"
         time.sleep(0.2)
@@ -321,6 +325,82 @@ def test_withdrawing_the_pending_lease_fails_the_queued_spawn(qhub):
     assert qhub.queue("DELETE", f"workloads/team-a/{pending[0]['name']}", token).status_code == 200
     assert done.wait(30), events
     assert events[-1].get("failed") and "the GPU lease ended before admission" in events[-1]["message"], events
+    assert "Unhandled error starting anna's server" not in qhub.log_tail(1000)  # a refusal, no traceback
     _wait(lambda: not (qhub.api("GET", "users/anna").json().get("servers") or {}).get(""), 20,
           "anna's failed spawn left a server", qhub)
     assert qhub.queue("DELETE", "workloads/team-a/anna-holder", token).status_code == 200
+
+
+# -- a user in no team ------------------------------------------------------------------------------
+
+DEMO_PASSWORD = "gpuqueue-demo"  # jupyterhub_config/local/jupyterhub_config.py's default
+
+
+def _browser(hub, user: str) -> requests.Session:
+    """A session logged in through the hub's login form, as a browser is (cookies, _xsrf)."""
+    s = requests.Session()
+    r = s.get(hub.url + "hub/login", timeout=30)
+    assert r.status_code == 200, r.text
+    r = s.post(hub.url + "hub/login", data={"username": user, "password": DEMO_PASSWORD,
+                                            "_xsrf": s.cookies.get("_xsrf")}, timeout=30)
+    assert r.status_code == 200 and s.cookies.get("jupyterhub-session-id"), (r.status_code, r.url)
+    return s
+
+
+def test_a_user_in_no_team_is_offered_no_gpu_and_a_gpu_spawn_is_a_clear_403(qhub):
+    """dave is in the hub group "researchers" (the queue's scopes) but in no group that is a team:
+    the spawn form offers him only the CPU profile, with a note saying why and what to do; a GPU
+    spawn he asks for anyway fails at once with 403 and the queue's reason on the spawn page (not
+    JupyterHub's "500: Unhandled error starting server"), creates no lease and leaves no server."""
+    dave = _browser(qhub, "dave")
+    form = dave.get(qhub.url + "hub/spawn", timeout=30)
+    assert form.status_code == 200, form.text
+    assert "value='cpu'" in form.text
+    for gpu in ("mig-1g", "a100", "any-gpu"):
+        assert f"value='{gpu}'" not in form.text, gpu
+    assert "You are in no team of the GPU queue, so only servers without a GPU are offered" in form.text
+    assert "ask a hub admin to add you to a group" in form.text
+    # The form's token for asking the queue is gone again.
+    tokens = qhub.api("GET", "users/dave/tokens").json()["api_tokens"]
+    assert not [t for t in tokens if (t.get("note") or "").startswith(("gpuqueue lease", "gpuqueue options"))], tokens
+
+    # alice (team-a) is offered every profile, without the note.
+    alice_form = _browser(qhub, "alice").get(qhub.url + "hub/spawn", timeout=30)
+    assert all(f"value='{p}'" in alice_form.text for p in ("cpu", "mig-1g", "a100", "any-gpu"))
+    assert "gpuqueue-note" not in alice_form.text
+
+    # dave asks for a MIG slice anyway (an old form, a bookmark): a 403 page with the reason.
+    r = dave.post(qhub.url + "hub/spawn", data={"profile": "mig-1g", "_xsrf": dave.cookies.get("_xsrf")},
+                  timeout=60)
+    assert r.status_code == 403, (r.status_code, r.text[-2000:])
+    page = r.content.decode("utf-8")
+    assert "Unhandled error" not in page and "Internal Server Error" not in page
+    error = re.search(r'<p class="spawn-error-msg[^"]*">(.*?)</p>', page, re.S)
+    assert error, page[-3000:]
+    assert error.group(1).startswith("Error: Cannot start this server with 1 × MIG 1g.10gb: user dave is "
+                                     "not a member of any team"), error.group(1)
+    assert "ask a hub admin to add you" in error.group(1)
+    assert "value='mig-1g'" not in page  # the form shown again offers the CPU profile only
+    # ... and through the REST API the same status and message.
+    r = qhub.api("POST", "users/dave/server", json={"user_options": {"profile": "mig-1g"}}, timeout=60)
+    assert r.status_code == 403, (r.status_code, r.text)
+    assert "is not a member of any team" in r.json()["message"], r.text
+    assert "Unhandled error starting dave's server" not in qhub.log_tail(1000)
+    # Nothing was queued, no server is left, no token either.
+    assert _leases(qhub, qhub.token_for("dave")) == []
+    assert not (qhub.api("GET", "users/dave").json().get("servers") or {}).get("")
+    tokens = qhub.api("GET", "users/dave/tokens").json()["api_tokens"]
+    assert not [t for t in tokens if (t.get("note") or "").startswith(("gpuqueue lease", "gpuqueue options"))], tokens
+    # The CPU profile starts for him as for anyone.
+    r = dave.post(qhub.url + "hub/spawn", data={"profile": "cpu", "_xsrf": dave.cookies.get("_xsrf")},
+                  timeout=60)
+    assert r.status_code == 200, (r.status_code, r.text[-2000:])
+    qhub.start_server("dave")
+    qhub.stop_server("dave")
+
+
+def test_an_unknown_profile_is_a_clear_400(qhub):
+    r = qhub.api("POST", "users/bob/server", json={"user_options": {"profile": "h100-x8"}}, timeout=60)
+    assert r.status_code == 400, (r.status_code, r.text)
+    assert "unknown profile 'h100-x8'" in r.json()["message"]
+    assert not (qhub.api("GET", "users/bob").json().get("servers") or {}).get("")
