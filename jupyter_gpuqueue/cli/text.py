@@ -35,6 +35,26 @@ def duration(seconds: Any) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
+def starts(workload: dict, now: float) -> str:
+    """When a Pending workload is expected to start, from the service's estimate
+    (docs/estimates.md): "~12m (5m-30m)", "now" when due, the reason when there is none
+    ("BudgetExceeded"), ``-`` unless Pending."""
+    if workload.get("state") != "Pending":
+        return "-"
+    at = workload.get("estimatedStartAt")
+    if at is None:
+        return workload.get("estimateReason") or "-"
+    wait = float(at) - now
+    if wait < 30:
+        return "now"
+    text = "~" + duration(wait)
+    rng = workload.get("estimatedStartRange") or {}
+    early, late = rng.get("early"), rng.get("late")
+    if early is not None and late is not None and late - early >= 60:
+        text += f" ({duration(max(0.0, early - now))}-{duration(late - now)})"
+    return text
+
+
 def position(workload: dict) -> str:
     """1-based position in the ClusterQueue (``-`` unless Pending)."""
     pos = workload.get("positionInClusterQueue")
@@ -96,7 +116,7 @@ def workload_summary(wl: dict) -> str:
 
 def workloads_table(items: list[dict], *, now: Optional[float] = None, owner: bool = False) -> str:
     now = time.time() if now is None else now
-    headers = ["NAMESPACE", "NAME", "STATE", "POS", "PRIORITY", "REQUEST", "FLAVOR", "AGE", "COST", "EST."]
+    headers = ["NAMESPACE", "NAME", "STATE", "POS", "STARTS", "PRIORITY", "REQUEST", "FLAVOR", "AGE", "COST", "EST."]
     if owner:
         headers.append("OWNER")
     rows = []
@@ -106,6 +126,7 @@ def workloads_table(items: list[dict], *, now: Optional[float] = None, owner: bo
             w.get("name"),
             w.get("state"),
             position(w),
+            starts(w, now),
             w.get("priorityClass") or w.get("priority"),
             requested(w),
             assigned_flavor(w),
