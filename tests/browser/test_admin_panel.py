@@ -193,3 +193,81 @@ async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_ur
         finally:
             await browser.close()
 
+
+
+async def test_a_fractional_gpu_quota_is_refused_and_quota_above_the_hardware_is_shown(
+        jp_fetch, started, lab_url, chromium_launch_args):
+    """Issue 15, items 3 and 8, at the sidebar's default width: "1.5" GPUs is refused under the
+    field (Apply disabled; a spelling the panel does not check, "15e-1", is refused by the API with
+    the reason under the same field) and nothing changes; raising team-b's A100 quota to 3 gives
+    the cohort 7 A100s of quota for 6 devices: applied, with the warning in the quota editor and in
+    the audit log."""
+    from playwright.async_api import async_playwright, expect
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(**chromium_launch_args)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+            page = await context.new_page()
+            page.set_default_timeout(30000)
+            page_errors: list[str] = []
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            panel = await open_panel(page, lab_url)
+            width = (await panel.bounding_box())["width"]
+            assert 200 <= width <= 320, width  # the default sidebar width
+            for section in ("submit", "jobs", "availability", "team"):
+                await panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle').click()
+            await panel.locator('[data-section="admin"] .jp-gpuqueue-section-toggle').click()
+            card = panel.locator('[data-admin-cluster-queue="team-b-cq"]')
+            await card.scroll_into_view_if_needed()
+            a100 = card.locator('tr[data-quota="nvidia-a100|nvidia.com/gpu"]')
+            nominal = a100.locator('input[data-admin-field="nominalQuota"]')
+            apply = card.locator('[data-action="apply-cluster-queue"]')
+            await expect(nominal).to_have_value("2")
+            await expect(panel.locator("[data-admin-warnings]")).to_have_count(0)
+
+            # (1) "1.5": refused at once, under the field; Apply disabled
+            await nominal.fill("1.5")
+            path = "spec.resourceGroups[0].flavors[0].resources[2].nominalQuota"
+            error = card.locator(f'.jp-gpuqueue-field-error[data-field="{path}"]')
+            await expect(error).to_contain_text("is counted in whole GPUs")
+            await expect(nominal).to_have_class(re.compile("jp-mod-invalid"))
+            await expect(apply).to_be_disabled()
+            await error.scroll_into_view_if_needed()
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-quota-fraction.png"))
+
+            # (2) the API refuses a spelling the panel leaves to it, with the reason under the field
+            await nominal.fill("15e-1")
+            await expect(error).to_have_count(0)
+            await apply.click()
+            await expect(error).to_contain_text('Invalid value: "15e-1": nvidia.com/gpu is counted in whole GPUs')
+            await expect(error).not_to_contain_text("document")  # the field path prefix is not repeated
+            view = await api(jp_fetch, "admin", "config")
+            assert gpu_quota(view, "team-b-cq", "nvidia-a100")["nominalQuota"] == "2"
+            assert (await api(jp_fetch, "admin", "audit"))["total"] == 0
+
+            # (3) 3 A100s: applied; the cohort's 7 exceed the 6 devices, and the editor says so
+            await nominal.fill("3")
+            await apply.click()
+            await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text("ClusterQueue team-b-cq: applied")
+            warning = panel.locator("[data-admin-warnings]")
+            await expect(warning).to_contain_text(
+                "Cohort research has 7 nvidia.com/gpu of flavor nvidia-a100 in nominal quota, but the inventory has 6")
+            view = await api(jp_fetch, "admin", "config")
+            assert gpu_quota(view, "team-b-cq", "nvidia-a100")["nominalQuota"] == "3"
+            await warning.scroll_into_view_if_needed()
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-quota-warning.png"))
+            await panel.locator('[data-admin-tab="audit"]').click()
+            entry = panel.locator(".jp-gpuqueue-admin-audit > li").first
+            await expect(entry.locator(".jp-gpuqueue-admin-changes")).to_contain_text(
+                "nvidia-a100 nvidia.com/gpu.nominalQuota: 2 → 3")
+            await expect(entry.locator("[data-audit-warning]")).to_contain_text("Cohort research has 7")
+            # (the tab bar overflows the default width, issue 15 item 9: clicking "Audit" scrolls it)
+            await page.evaluate("""() => document.querySelectorAll('#jp-gpuqueue-panel, #jp-gpuqueue-panel *')
+                .forEach(el => { el.scrollLeft = 0; })""")
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-audit-warning.png"))
+            assert not page_errors, page_errors
+            await context.close()
+        finally:
+            await browser.close()

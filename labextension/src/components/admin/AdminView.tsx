@@ -10,7 +10,7 @@ import { ApiError, IAdminConfig, IAuditEntry } from '../../api';
 import { QueueModel } from '../../model';
 import { AuditLog } from './AuditLog';
 import { PricesEditor, PriorityEditor } from './PriorityAndPrices';
-import { ClusterQueueEditor } from './QuotaEditor';
+import { CapacityWarnings, ClusterQueueEditor } from './QuotaEditor';
 import { YamlPanel } from './YamlPanel';
 
 type Tab = 'quotas' | 'priorities' | 'prices' | 'yaml' | 'audit';
@@ -91,6 +91,9 @@ export function AdminView(props: { model: QueueModel }): JSX.Element {
           Configuration set by {config.stored.updatedBy},{' '}
           {new Date(config.stored.updatedAt * 1000).toLocaleString()} (stored; used at restart)
         </div>
+      )}
+      {tab === 'quotas' && (
+        <CapacityWarnings warnings={(config as IAdminConfig & { warnings?: string[] }).warnings ?? []} />
       )}
       {tab === 'quotas' &&
         config.clusterQueues.map(cq => (

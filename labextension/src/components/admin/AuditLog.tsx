@@ -1,9 +1,11 @@
 /**
- * The audit log: who changed what, when, before → after (only the values that differ).
+ * The audit log: who changed what, when, before → after (only the values that differ), and the
+ * warnings a change was applied with (quota above the hardware).
  */
 import * as React from 'react';
 
 import { IAuditEntry } from '../../api';
+import { WARNING_STYLE } from './QuotaEditor';
 
 /** Leaves of a JSON value as path → text; list items with a `name` are keyed by it. */
 function flatten(value: any, path: string, out: Map<string, string>): void {
@@ -49,6 +51,7 @@ export function AuditLog(props: { entries: IAuditEntry[]; total: number }): JSX.
     <ul className="jp-gpuqueue-admin-audit">
       {props.entries.map(e => {
         const changes = auditChanges(e.before, e.after);
+        const warnings: string[] = (e as IAuditEntry & { warnings?: string[] }).warnings ?? [];
         return (
           <li key={e.id} data-audit-id={e.id}>
             <div className="jp-gpuqueue-admin-audit-head">
@@ -68,6 +71,11 @@ export function AuditLog(props: { entries: IAuditEntry[]; total: number }): JSX.
                 {changes.length > 8 && <li className="jp-gpuqueue-muted">… {changes.length - 8} more</li>}
               </ul>
             )}
+            {warnings.map(w => (
+              <div key={w} style={WARNING_STYLE} data-audit-warning="">
+                {w}
+              </div>
+            ))}
           </li>
         );
       })}

@@ -3,6 +3,8 @@
  * borrowingLimit and lendingLimit, editable inline. "Apply" sends only what changed
  * (`PATCH admin/cluster-queues/{name}`); an error the API answers is shown under the row and field
  * its `field` names (a Kueue path such as `spec.resourceGroups[0].flavors[0].resources[2].borrowingLimit`).
+ * A GPU or MIG quota typed with a fraction ("1.5") is refused at once, under its field, and Apply
+ * stays disabled: devices are whole, and the API would refuse it as well (Kueue would round it up).
  */
 import * as React from 'react';
 
@@ -46,6 +48,69 @@ function isDevice(r: IAdminQuota): boolean {
   return r.resource === 'nvidia.com/gpu' || r.resource.startsWith('nvidia.com/mig-');
 }
 
+/**
+ * Why a GPU or MIG quota typed as a plain decimal ("1.5") cannot be stored: devices are whole
+ * (Kueue would round it up; the API refuses it too). Other spellings are left to the API, which
+ * validates them as Kubernetes quantities.
+ */
+export function deviceQuotaError(resource: string, value: string): string | null {
+  const v = value.trim();
+  if (!(resource === 'nvidia.com/gpu' || resource.startsWith('nvidia.com/mig-'))) {
+    return null;
+  }
+  if (!/^\+?(\d+\.?\d*|\.\d+)$/.test(v)) {
+    return null;
+  }
+  const n = Number(v);
+  if (Number.isInteger(n)) {
+    return null;
+  }
+  const what = resource === 'nvidia.com/gpu' ? 'GPUs' : 'MIG devices';
+  return `${v} is not a whole number: ${resource} is counted in whole ${what} (Kueue would round it up to ${Math.ceil(n)})`;
+}
+
+/** An API error's message without the "admin: document 6: ClusterQueue/x: <field>: " prefix. */
+export function fieldMessage(message: string, field: string): string {
+  const at = field ? message.indexOf(`${field}: `) : -1;
+  return at >= 0 ? message.slice(at + field.length + 2) : message;
+}
+
+/** The look of a warning box; the theme's warn colours, so both themes keep their contrast. */
+export const WARNING_STYLE: React.CSSProperties = {
+  background: 'var(--jp-warn-color3)',
+  color: 'var(--jp-ui-font-color0)',
+  borderLeft: '3px solid var(--jp-warn-color1)',
+  borderRadius: 'var(--jp-border-radius)',
+  padding: '4px 8px',
+  margin: '6px 0',
+  fontSize: 'var(--jp-ui-font-size1)',
+  lineHeight: 1.35,
+  overflowWrap: 'anywhere'
+};
+
+/**
+ * The API's `warnings` for the configuration in force: where a cohort's (or a lone
+ * ClusterQueue's) nominal quota of a flavor's devices exceeds the inventory, so that jobs within
+ * quota may wait for devices or preempt lower-priority ones on the nodes.
+ */
+export function CapacityWarnings(props: { warnings: string[] }): JSX.Element | null {
+  if (!props.warnings.length) {
+    return null;
+  }
+  return (
+    <div style={WARNING_STYLE} role="status" data-admin-warnings="">
+      <strong>Quota above the hardware</strong>
+      <ul style={{ margin: '2px 0 0', paddingLeft: '16px' }}>
+        {props.warnings.map(w => (
+          <li key={w} data-admin-warning="">
+            {w}
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
 export function ClusterQueueEditor(props: {
   model: QueueModel;
   cq: IAdminClusterQueue;
@@ -74,6 +139,18 @@ export function ClusterQueueEditor(props: {
   );
   const cohortChanged = cohort.trim() !== (cq.cohort ?? '');
   const dirty = changedRows.length > 0 || cohortChanged;
+  // Refused before sending: a fractional GPU / MIG count (shown under its field).
+  const localErrors: Record<string, string> = {};
+  for (const r of cq.resources) {
+    for (const f of FIELDS) {
+      const why = deviceQuotaError(r.resource, draft[r.path]?.[f] ?? '');
+      if (why) {
+        localErrors[`${r.path}.${f}`] = why;
+      }
+    }
+  }
+  const shownErrors: Record<string, string> = { ...errors, ...localErrors };
+  const blocked = Object.keys(localErrors).length > 0;
 
   const setValue = (path: string, field: QuotaField, value: string) => {
     setDraft(d => ({ ...d, [path]: { ...d[path], [field]: value } }));
@@ -88,20 +165,20 @@ export function ClusterQueueEditor(props: {
   const placeError = (err: ApiError, sent: IAdminQuota[]): boolean => {
     const field = err.field ?? '';
     if (field === 'cohort' || field.startsWith('spec.cohort')) {
-      setErrors({ cohort: err.message });
+      setErrors({ cohort: fieldMessage(err.message, field) });
       return true;
     }
     const m = /^resources\[(\d+)\](?:\.(\w+))?$/.exec(field);
     if (m && sent[Number(m[1])]) {
       const f = (FIELDS as string[]).includes(m[2]) ? m[2] : 'nominalQuota';
-      setErrors({ [`${sent[Number(m[1])].path}.${f}`]: err.message });
+      setErrors({ [`${sent[Number(m[1])].path}.${f}`]: fieldMessage(err.message, field) });
       return true;
     }
     for (const r of cq.resources) {
       if (field.startsWith(`${r.path}.`)) {
         const rest = field.slice(r.path.length + 1);
         const f = (FIELDS as string[]).includes(rest) ? rest : 'nominalQuota';
-        setErrors({ [`${r.path}.${f}`]: err.message });
+        setErrors({ [`${r.path}.${f}`]: fieldMessage(err.message, field) });
         return true;
       }
     }
@@ -109,6 +186,9 @@ export function ClusterQueueEditor(props: {
   };
 
   const apply = async () => {
+    if (blocked) {
+      return;
+    }
     const sent = changedRows;
     const patch: { cohort?: string | null; resources?: IQuotaPatch[] } = {};
     if (cohortChanged) {
@@ -145,7 +225,9 @@ export function ClusterQueueEditor(props: {
     }
   };
 
-  const rows = cq.resources.filter(r => showAll || isDevice(r) || r.path in errors);
+  const rows = cq.resources.filter(
+    r => showAll || isDevice(r) || FIELDS.some(f => `${r.path}.${f}` in shownErrors)
+  );
   const hidden = cq.resources.length - rows.length;
   const listId = `jp-gpuqueue-cohorts-${cq.name}`;
   return (
@@ -191,7 +273,7 @@ export function ClusterQueueEditor(props: {
         </thead>
         <tbody>
           {rows.map(r => {
-            const rowErrors = FIELDS.filter(f => errors[`${r.path}.${f}`]);
+            const rowErrors = FIELDS.filter(f => shownErrors[`${r.path}.${f}`]);
             return (
               <React.Fragment key={r.path}>
                 <tr data-quota={`${r.flavor}|${r.resource}`}>
@@ -203,15 +285,16 @@ export function ClusterQueueEditor(props: {
                     <td key={f}>
                       <input
                         className={`jp-mod-styled jp-gpuqueue-admin-input ${
-                          errors[`${r.path}.${f}`] ? 'jp-mod-invalid' : ''
+                          shownErrors[`${r.path}.${f}`] ? 'jp-mod-invalid' : ''
                         } ${draft[r.path]?.[f] !== original[r.path][f] ? 'jp-mod-dirty' : ''}`}
                         data-admin-field={f}
                         aria-label={`${f} of ${r.resource} in ${r.flavor}`}
+                        aria-invalid={shownErrors[`${r.path}.${f}`] ? true : undefined}
                         value={draft[r.path]?.[f] ?? ''}
                         placeholder={PLACEHOLDER[f]}
                         onChange={e => setValue(r.path, f, e.target.value)}
                         onKeyDown={e => {
-                          if (e.key === 'Enter' && dirty && !busy) {
+                          if (e.key === 'Enter' && dirty && !busy && !blocked) {
                             void apply();
                           }
                         }}
@@ -227,7 +310,7 @@ export function ClusterQueueEditor(props: {
                         data-field={`${r.path}.${f}`}
                         role="alert"
                       >
-                        {errors[`${r.path}.${f}`]}
+                        {shownErrors[`${r.path}.${f}`]}
                       </div>
                     </td>
                   </tr>
@@ -243,7 +326,8 @@ export function ClusterQueueEditor(props: {
           type="button"
           className="jp-mod-styled jp-mod-accept"
           data-action="apply-cluster-queue"
-          disabled={!dirty || busy}
+          disabled={!dirty || busy || blocked}
+          title={blocked ? 'Fix the quota marked above first' : undefined}
           onClick={() => void apply()}
         >
           {busy ? 'Applying…' : 'Apply'}
