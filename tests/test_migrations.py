@@ -34,6 +34,7 @@ from jupyter_gpuqueue.ledger import schema
 from jupyter_gpuqueue.ledger.orm import Base
 
 DUMPS = os.path.join(os.path.dirname(__file__), "ledger_dumps")
+SHIPPED_HEAD = schema.head_revision()  # this release's newest revision (before a test adds one)
 API = ("gpuqueue", "api")
 
 #: What tests/ledger_dumps/make_dump.py puts in every dump: (namespace, name) -> state.
@@ -431,7 +432,7 @@ class TestServerWithAnOlderLedger:
     def gpuqueue_config(self, gpuqueue_config, tmp_path, request):
         url = f"sqlite:///{tmp_path / 'old.sqlite'}"
         load_dump(url, dumps("sqlite")[0])
-        Ledger(url).close()  # stamped at the shipped head
+        Ledger(url, upgrade=True, backup=False).close()  # at the shipped head (stamped, upgraded past 0001)
         request.getfixturevalue("second_revision")  # this code is one revision newer
         return {**gpuqueue_config, "db_url": url}
 
@@ -441,7 +442,7 @@ class TestServerWithAnOlderLedger:
         assert status == 503, err
         assert "older than this version" in err["message"] and "jupyter gpuqueue upgrade-db" in err["message"]
         assert started.web_app.settings.get("gpuqueue_service") is None
-        assert revision(gpuqueue_config["db_url"]) == schema.FIRST_REVISION  # untouched
+        assert revision(gpuqueue_config["db_url"]) == SHIPPED_HEAD  # untouched
 
     class TestWithUpgradeDb:
         @pytest.fixture

@@ -194,3 +194,76 @@ def test_csv_export_has_a_header_and_money_to_the_cent(ledger):
                      "flavors": "nvidia-h100", "gpuHours": "2.5000", "costUsd": "9.38",
                      "firstStart": "2026-11-03T10:00:00Z", "lastEnd": "2026-11-03T12:30:00Z",
                      "avgGpuUtilization": "", "uid": "resumed"}]
+
+
+# ------------------------------------------------------------------- idle capacity of a live service
+
+
+def test_idle_capacity_counts_from_when_the_inventory_was_first_known_even_after_a_restart(tmp_path):
+    """A queue started on the 22nd reports its capacity idle for the 15 minutes it has existed,
+    not since the 1st of the month; restarted an hour later it still counts from its first start
+    (stored in the ledger), and a month before it existed has no idle capacity at all."""
+    from servicetools import service_factory, stop_jobs
+
+    from jupyter_gpuqueue.inventory import DEMO_INVENTORY_PATH
+
+    demo = __import__("jupyter_gpuqueue.demo", fromlist=["x"]).__path__[0]
+    cluster = open(f"{demo}/cluster.yaml", encoding="utf-8").read()
+    inventory = open(DEMO_INVENTORY_PATH, encoding="utf-8").read()
+    make = service_factory(tmp_path, cluster, inventory)
+    clock = [t(2026, 11, 22, 17)]
+    first_start = clock[0]
+    try:
+        svc = make()
+        svc.conf.clock = lambda: clock[0]
+        svc.tick()  # the loop's first tick: the inventory is known from now on
+        capacity = svc.costs.capacity_by_flavor()
+        assert capacity and svc.costs.capacity_since() == first_start
+
+        def idle(service, **period):
+            rows = service.report("idle", **period)["items"]
+            return {r["flavor"]: r for r in rows}
+
+        clock[0] += 15 * 60
+        rows = idle(svc)
+        assert set(rows) == set(capacity)
+        for flavor, cap in capacity.items():
+            assert rows[flavor]["capacityGpuHours"] == pytest.approx(cap * 0.25)
+            assert rows[flavor]["idleGpuHours"] == pytest.approx(cap * 0.25)
+            assert rows[flavor]["idleCostUsd"] == pytest.approx(cap * 0.25 * rows[flavor]["pricePerGpuHourUsd"])
+        total = sum(r["idleCostUsd"] for r in rows.values())
+        assert total < 50  # 15 minutes of the demo's GPUs, not three weeks (the issue's $20,807.87)
+        flavors = {r["flavor"]: r for r in svc.report("flavors")["items"]}
+        assert {f: r["idleGpuHours"] for f, r in flavors.items()} == pytest.approx(
+            {f: r["idleGpuHours"] for f, r in rows.items()})
+
+        # A restart an hour later: still counted from the first start.
+        svc.ledger.close()
+        clock[0] += 3600
+        svc = make()
+        svc.conf.clock = lambda: clock[0]
+        assert svc.costs.capacity_since() == first_start  # read from the ledger, before any tick
+        svc.tick()
+        rows = idle(svc)
+        for flavor, cap in capacity.items():
+            assert rows[flavor]["capacityGpuHours"] == pytest.approx(cap * 1.25)
+        assert svc.ledger.setting("inventory.firstKnownAt") == first_start
+
+        # Before the queue existed nothing was idle.
+        assert all(r["capacityGpuHours"] == 0 for r in idle(svc, month="2026-10").values())
+    finally:
+        stop_jobs(make.services)
+        for s in make.services:
+            s.ledger.close()
+
+
+def test_ledger_settings_keep_the_first_value_and_name_bad_input(ledger):
+    assert ledger.setting("inventory.firstKnownAt") is None
+    assert ledger.setting_default("inventory.firstKnownAt", 100.0, at=100.0) == 100.0
+    assert ledger.setting_default("inventory.firstKnownAt", 200.0, at=200.0) == 100.0  # the first wins
+    assert ledger.setting("inventory.firstKnownAt") == 100.0
+    for key, value, field in [("", 1, "key"), ("k" * 129, 1, "key"), ("k", float("nan"), "value"), ("k", object(), "value")]:
+        with pytest.raises(ValidationError) as e:
+            ledger.setting_default(key, value, at=1.0)
+        assert e.value.field == field
+    assert ledger.setting("k") is None

@@ -1,6 +1,6 @@
 """Ledger tables (SQLAlchemy 2.x declarative).
 
-Four tables:
+Tables:
 
 - ``workloads``: one row per submitted Workload, the durable truth the service rebuilds its state
   from after a restart. ``spec``, ``admission`` and ``run`` are JSON documents owned by the service
@@ -9,6 +9,8 @@ Four tables:
   devices. Cost is a query over these rows (DESIGN.md "Costs"), never a counter that can drift.
 - ``config_versions`` and ``audit_log``: the configuration admins applied (Kueue YAML and prices)
   and who changed what, when, before → after.
+- ``budgets``, ``gpu_utilization_samples``; ``settings`` (revision 0002): small values kept across
+  restarts by key, e.g. when the inventory was first known (the start of idle capacity).
 
 Times are floats, seconds since the Unix epoch. Money is USD; ``usd_per_hour`` is the price of the
 whole interval (all its devices) per hour, fixed when the interval is opened.
@@ -137,3 +139,14 @@ class UtilizationSample(Base):
 
 WORKLOAD_COLUMNS = tuple(c.name for c in WorkloadRow.__table__.columns)
 INTERVAL_COLUMNS = tuple(c.name for c in UsageInterval.__table__.columns)
+
+
+class Setting(Base):
+    """A small value the service keeps across restarts (revision 0002): ``key`` (e.g.
+    ``inventory.firstKnownAt``), ``value`` (JSON), ``updated_at`` (seconds since the epoch)."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    value: Mapped[Optional[Any]] = mapped_column(JSON(none_as_null=True), nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float, nullable=False)

@@ -32,6 +32,7 @@ from .orm import (
     AuditEntry,
     BudgetRow,
     ConfigVersion,
+    Setting,
     UtilizationSample,
     WORKLOAD_COLUMNS,
     WORKLOAD_STATES,
@@ -722,6 +723,30 @@ class Ledger:
         """Forget the stored budget of ``namespace``; False if there was none."""
         with self._scope(write=True) as s:
             return (s.execute(delete(BudgetRow).where(BudgetRow.namespace == namespace)).rowcount or 0) > 0
+
+    def setting(self, key: str) -> Optional[Any]:
+        """The stored value of ``key`` (JSON), None when there is none."""
+        with self._scope() as s:
+            row = s.get(Setting, str(key))
+            return None if row is None else row.value
+
+    def setting_default(self, key: str, value: Any, *, at: float) -> Any:
+        """The stored value of ``key``; when there is none, store ``value`` (JSON) first (at
+        ``at``, seconds since the epoch) and return it. The first writer wins: a concurrent caller
+        gets the value stored first. ValidationError names ``key`` or ``value``."""
+        if not isinstance(key, str) or not key or len(key) > 128:
+            raise ValidationError("must be a non-empty string of at most 128 characters", field="key")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValidationError(f"must be JSON-serialisable: {e}", field="value") from None
+        at = _num(at, "at")
+        with self._scope(write=True) as s:
+            row = s.get(Setting, key)
+            if row is not None:
+                return row.value
+            s.execute(insert(Setting).values(key=key, value=value, updated_at=at))
+            return value
 
     def add_utilization_samples(self, samples: Iterable[tuple[str, str, float, float]]) -> int:
         """Append NVML samples ``(workload_uid, device, at, percent)``; returns how many. Raises

@@ -155,9 +155,26 @@ class Costs:
     def budget_hold_message(self, namespace: str, now: float) -> Optional[str]:
         return self.budgets.hold_message(namespace, now) if self.budgets is not None else None
 
+    CAPACITY_SINCE_KEY = "inventory.firstKnownAt"
+
+    _capacity_since: Optional[float] = None
+
+    def capacity_since(self, now: Optional[float] = None) -> Optional[float]:
+        """When the service first knew its inventory (seconds since the epoch): the start of the
+        idle capacity it reports, kept in the ledger (setting ``inventory.firstKnownAt``) so that
+        after a restart it counts from there, not from the restart nor from the 1st of the month.
+        Stored at ``now`` (default: the clock) the first time it is asked for with an inventory
+        of nodes; None while there is none."""
+        if self._capacity_since is None and self.inventory.nodes:
+            at = self.conf.clock() if now is None else float(now)
+            self._capacity_since = float(self.ledger.setting_default(self.CAPACITY_SINCE_KEY, at, at=at))
+        return self._capacity_since
+
     def costs_tick(self, now: float) -> None:
-        """Called by ``tick``: releases budget holds, sends due SIGTERMs of noticed spot jobs,
-        samples utilization."""
+        """Called by ``tick``: notes when the inventory was first known (:meth:`capacity_since`),
+        releases budget holds, sends due SIGTERMs of noticed spot jobs, samples utilization."""
+        if self._capacity_since is None:
+            self.capacity_since(now)
         st = self.costs_state()
         if st["holds"] and now - st["last_check"] >= self.budget_check_interval:
             st["last_check"] = now
@@ -364,7 +381,8 @@ class Costs:
 
         ``kind``: jobs | users | teams | flavors | months | idle | daily. Period: ``month``
         ("YYYY-MM") or ``date_from`` / ``date_to`` (UTC dates), default the current UTC month;
-        ``namespace`` / ``owner`` filter. Returns ``{"kind", "period": {"label", "since", "until"},
+        ``namespace`` / ``owner`` filter. Idle capacity (``idle``, and the idle columns of
+        ``flavors``) counts from :meth:`capacity_since` at the earliest. Returns ``{"kind", "period": {"label", "since", "until"},
         "generatedAt", "items": [...]}`` (teams also carry their budget status). Raises
         ValidationError naming ``kind``, ``month``, ``from`` or ``to``."""
         if kind not in reports.CSV_COLUMNS:
@@ -391,11 +409,25 @@ class Costs:
                 t["budget"] = b.to_json() if b else None
         elif kind == "flavors":
             items = reports.flavor_report(ivs, since, end, self.capacity_by_flavor(), self.conf.prices.price)
+            idle = {i["flavor"]: i for i in self._idle(ivs, since, end, now)}
+            for item in items:  # the usage from ``since``, the idle part from capacity_since
+                i = idle.get(item["flavor"], {})
+                for key in ("capacityGpuHours", "idleGpuHours", "idleCostUsd"):
+                    item[key] = i.get(key, 0.0)
         elif kind == "idle":
-            items = reports.idle_capacity(ivs, since, end, self.capacity_by_flavor(), self.conf.prices.price)
+            items = self._idle(ivs, since, end, now)
         elif kind == "months":
             items = reports.month_report(ivs, since, end)
         else:
             items = reports.daily_spend(ivs, since, end)  # days up to today
         return {"kind": kind, "period": {"label": label, "since": since, "until": until}, "generatedAt": now,
                 "items": items}
+
+    def _idle(self, intervals: list, since: float, end: float, now: float) -> list[dict]:
+        """:func:`reports.idle_capacity` over [max(since, capacity_since), end): no capacity is
+        idle before the queue knew it (none at all without an inventory)."""
+        start = self.capacity_since(now)
+        capacity = self.capacity_by_flavor()
+        if start is None:
+            start, capacity = end, {}
+        return reports.idle_capacity(intervals, max(since, start), end, capacity, self.conf.prices.price)
