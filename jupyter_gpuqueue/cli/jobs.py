@@ -293,7 +293,7 @@ def cmd_estimate(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> 
     elif request.get("flavor") in (None, "", "any"):
         # the queue picks the flavor: the price is that of the dearest it could land on
         print(f"{what} on any flavor for at most {runtime}: {hours}, up to {money(est.get('costUsd'))} "
-              f"(up to {money(est.get('pricePerHourUsd'))} per hour, on {est['flavor']}, the dearest "
+              f"({money(est.get('pricePerHourUsd'))} per hour on {est['flavor']}, the dearest flavor "
               f"it could get)", file=out)
     else:
         print(f"{what} on {est['flavor']} for at most {runtime}: {hours}, {money(est.get('costUsd'))} "
