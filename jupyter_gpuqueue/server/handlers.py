@@ -281,8 +281,8 @@ class WorkloadsHandler(GpuQueueHandler):
                     )
         owner = self.user if self.bool_argument("mine") else None
         items = self.service.list_workloads(namespace=namespace, owner=owner, states=states)
-        if has_scope(self, ADMIN_SCOPE):  # admins see whom every estimate waits for, by name
-            items = [self.service.estimates.reveal_waiting_for(v) for v in items]
+        if has_scope(self, ADMIN_SCOPE):  # admins see whom estimates wait for and who preempted, by name
+            items = [self.service.views.reveal(v) for v in items]
         self.write_json({"items": items})
 
     @web.authenticated
@@ -357,8 +357,8 @@ class WorkloadHandler(GpuQueueHandler):
         """One Workload (404 NotFound)."""
         require_scope(self, SUBMIT_SCOPE)
         view = self.service.get_workload(namespace, name)
-        if has_scope(self, ADMIN_SCOPE):  # admins see whom the estimate waits for, by name
-            view = self.service.estimates.reveal_waiting_for(view)
+        if has_scope(self, ADMIN_SCOPE):  # admins see whom the estimate waits for and who preempted, by name
+            view = self.service.views.reveal(view)
         self.write_json(view)
 
     @web.authenticated

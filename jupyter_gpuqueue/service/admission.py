@@ -286,38 +286,51 @@ class Admission:
             deadline = run.get("evictionDeadline") or now + self.lease_preemption_grace_seconds
             run["evictionDeadline"] = deadline
             run.setdefault("evictionReason", p.reason)
+            run.setdefault("evictedBy", p.preemptor)
             self.ledger.update_workload(uid, run=run)
             rec["run"] = run
             self.live.stopping[uid] = "Preempted:" + p.reason
             self.backend.stop(uid, message, max(0.0, deadline - self.conf.clock()))  # released at the deadline
         elif rec["state"] == RUNNING and self.costs.spot_notice(uid, p.reason, message, now):
-            pass  # a spot job is told first (notice file + SIGUSR1); SIGTERM follows (service/costs.py)
+            # a spot job is told first (notice file + SIGUSR1); SIGTERM follows (service/costs.py)
+            rec["run"] = {**(rec.get("run") or {}), "evictedBy": p.preemptor}
         elif rec["state"] in (ADMITTED, RUNNING) and uid in self.backend.running():
             # The eviction is recorded before the job is stopped: a server killed before it saw
             # the job end requeues it at restart (restore) instead of marking it Failed.
-            run = {**(rec.get("run") or {}), "evictionReason": p.reason}
+            run = {**(rec.get("run") or {}), "evictionReason": p.reason, "evictedBy": p.preemptor}
             self.ledger.update_workload(uid, run=run)
             rec["run"] = run
             self.live.stopping[uid] = "Preempted:" + p.reason
             # Kubernetes suspends the Job (as Kueue does); the local backend stops the process.
             getattr(self.backend, "suspend", self.backend.stop)(uid, message, self.stop_grace_seconds)
         else:
-            self.requeue_evicted(uid, now, p.reason, message)
+            self.requeue_evicted(uid, now, p.reason, message, by=p.preemptor)
         self.events.emit_workload(uid)
 
-    def requeue_evicted(self, uid: str, when: float, reason: str, message: str) -> None:
-        """A preempted workload has stopped: close its usage, release its quota, queue it again."""
+    # Preemptions kept in a workload's record (spec["preemptions"]), the most recent.
+    preemptions_kept = 20
+
+    def requeue_evicted(self, uid: str, when: float, reason: str, message: str, *, by: Optional[str] = None) -> None:
+        """A preempted workload has stopped: close its usage, release its quota, queue it again.
+        The preemption is kept in its record (``spec["preemptions"]``: at, by (the preemptor's
+        key, None when unknown), reason (Kueue's), lostCostUsd (USD of all its runs so far, every
+        one of them lost)), for the view's ``preemptions`` and the job's timeline."""
         rec = self.live.records[uid]
         key = f"{rec['namespace']}/{rec['name']}"
         evictions = int(rec.get("evictions") or 0) + 1
+        by = by or (rec.get("run") or {}).get("evictedBy")
+        lost = self.billing.cost_usd(rec, when)
+        spec = dict(rec["spec"])
+        spec["preemptions"] = list(spec.get("preemptions") or [])[-(self.preemptions_kept - 1):] + [
+            {"at": when, "by": by, "reason": reason, "lostCostUsd": round(lost, 6)}]
         with self.ledger.transaction():
             self.ledger.close_intervals(uid, when)
             self.billing.billing_closed(uid, when)
             self.ledger.update_workload(uid, state=PENDING, admission=None, run=None, admitted_at=None,
                                         started_at=None, evictions=evictions, reason="Preempted",
-                                        message=message)
+                                        message=message, spec=spec)
         rec.update(state=PENDING, admission=None, run=None, admitted_at=None, started_at=None,
-                   evictions=evictions, reason="Preempted", message=message)
+                   evictions=evictions, reason="Preempted", message=message, spec=spec)
         if key in self.conf.scheduler.admitted:
             self.conf.scheduler.evict(key, when)
         self.live.dirty = True

@@ -23,6 +23,64 @@ if TYPE_CHECKING:
     from .teams import Teams
 
 
+# Kueue's preemption reasons (engine/preemption_common.py) in a word or two, for a job's card.
+PREEMPTION_WORDS = {
+    "InClusterQueue": "priority",
+    "InCohortReclamation": "quota reclaimed",
+    "InCohortFairSharing": "fair sharing",
+    "InCohortReclaimWhileBorrowing": "quota reclaimed while borrowing",
+    "InNodePlacement": "placement",
+}
+
+
+def _by_text(by: Optional[str], own_namespace: str, reveal: bool) -> tuple[Optional[str], Optional[str], str]:
+    """(by, its namespace, words): another team's preemptor is shown by its team only unless
+    ``reveal`` (admins)."""
+    if not by:
+        return None, None, "another workload"
+    ns = by.partition("/")[0]
+    if reveal or ns == own_namespace:
+        return by, ns, by
+    return None, ns, f"a {ns} workload"
+
+
+def preemptions_view(rec: dict, *, reveal: bool = False) -> Optional[dict]:
+    """The ``preemptions`` field of a workload view, None when it was never preempted:
+    ``{"count", "lostCostUsd" (USD of the runs it lost), "last": {"at", "by" (the preemptor's
+    namespace/name, null when hidden or unknown), "byNamespace", "reason" (Kueue's), "words"},
+    "summary": "preempted 1× by team-a/high-wait (priority) · $0.32 of runs lost", "history":
+    [same as last, oldest first]}``. The record keeps them in ``spec["preemptions"]``
+    (Admission.requeue_evicted)."""
+    count = int(rec.get("evictions") or 0)
+    kept = list((rec.get("spec") or {}).get("preemptions") or [])
+    if not count and not kept:
+        return None
+    own = rec["namespace"]
+    history = []
+    for p in kept:
+        by, by_ns, by_words = _by_text(p.get("by"), own, reveal)
+        reason = p.get("reason") or "Preempted"
+        history.append({"at": p.get("at"), "by": by, "byNamespace": by_ns, "reason": reason,
+                        "words": PREEMPTION_WORDS.get(reason, reason), "byWords": by_words,
+                        "lostCostUsd": p.get("lostCostUsd")})
+    last = history[-1] if history else None
+    lost = float(last["lostCostUsd"] or 0.0) if last else 0.0
+    summary = f"preempted {max(count, len(history))}×"
+    if last:
+        summary += f" by {last['byWords']} ({last['words']})"
+    summary += f" · {_usd(lost)} of runs lost"
+    return {"count": max(count, len(history)), "lostCostUsd": round(lost, 6), "last": last,
+            "summary": summary, "history": history}
+
+
+def _usd(x: float) -> str:
+    if x <= 0:
+        return "$0.00"
+    if x < 0.005:
+        return "< $0.01"
+    return f"${x:,.2f}"
+
+
 def _version() -> str:
     from ..version import __version__
 
@@ -259,6 +317,17 @@ class Views:
                         total += self.conf.prices.usd_per_hour(f, r, q * ps.count)
         return total
 
+    def reveal(self, view: dict) -> dict:
+        """``view`` as an admin sees it: the names of the workloads its estimate waits for and of
+        its preemptors (another team's are hidden from others)."""
+        if self.estimates is not None:
+            view = self.estimates.reveal_waiting_for(view)
+        if view.get("preemptions"):
+            rec = self.live.records.get(view["uid"]) or self.ledger.get_workload(view["uid"])
+            if rec is not None:
+                view = {**view, "preemptions": preemptions_view(rec, reveal=True)}
+        return view
+
     def view(self, rec: dict, cost: Optional[float] = None) -> dict:
         key = f"{rec['namespace']}/{rec['name']}"
         state = rec["state"]
@@ -320,6 +389,7 @@ class Views:
             "finishedAt": rec.get("finished_at"),
             "exitCode": rec.get("exit_code"),
             "evictions": rec.get("evictions", 0),
+            "preemptions": preemptions_view(rec),
             "costUsd": round(cost, 6),
             "estimatedCostUsd": round(per_hour * max_rt / 3600.0, 6),
             "pricePerHourUsd": round(per_hour, 6),
