@@ -151,8 +151,8 @@ def test_gpu_spawn_waits_in_queue_with_position_then_starts_on_its_gpu(qhub):
 
     # The spawn waits in the queue, and says where it stands and when it expects to start (the
     # holder's maximum run time is 10 minutes).
-    expected = re.compile(r"position 1 in team-a's queue · (expected in ~\d+ min( \(\d+–\d+ min\))?|"
-                          r"expected any moment now|no estimate yet) · waiting for 1 × A100")
+    expected = re.compile(r"position 1 in team-a's queue · expected in ~(9|10) min( \(\d+–\d+ min\))? · "
+                          r"waiting for 1 × A100 after team-a/holder \(6 × nvidia-a100, ends in ~(9|10) min\)")
     deadline = time.monotonic() + 60
     while not any(expected.search(e.get("message") or "") for e in events):
         assert not done.is_set(), f"progress ended early: {events}\n{qhub.log_tail()}"
