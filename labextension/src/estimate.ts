@@ -22,8 +22,18 @@ export const ESTIMATE_CAVEAT =
  */
 export const DUE_GRACE_SECONDS = 120;
 
-/** An approximate duration without the tilde: 45 → "< 1 min", 720 → "12 min", 7800 → "2 h 10 min". */
+/** A no-break space: "12 min" never breaks between the number and its unit. */
+const NBSP = '\u00a0';
+
+/**
+ * An approximate duration without the tilde: 45 → "< 1 min", 720 → "12 min", 7800 →
+ * "2 h 10 min" (no-break spaces inside: a narrow sidebar wraps between words, never in a time).
+ */
 export function roughDuration(seconds: number): string {
+  return roughDurationWords(seconds).replace(/ /g, NBSP);
+}
+
+function roughDurationWords(seconds: number): string {
   const s = Math.max(0, seconds);
   if (s < 60) {
     return '< 1 min';
@@ -57,7 +67,7 @@ export function approxDuration(seconds: number): string {
 export function clockTime(epochSeconds: number, nowMs: number = Date.now()): string {
   const at = new Date(epochSeconds * 1000);
   const now = new Date(nowMs);
-  const time = at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  const time = at.toLocaleTimeString([], { hour: 'numeric', minute: '2-digit' });
   if (at.toDateString() === now.toDateString()) {
     return time;
   }
@@ -78,7 +88,7 @@ export function rangeText(early: number, late: number | null, nowMs: number): st
   const a = Math.max(0, early - now);
   if (late === null) {
     // No upper bound (the slowest predicted run times never admit it within the horizon).
-    return a < 60 ? null : `${roughDuration(a)} or later`;
+    return a < 60 ? null : `${roughDuration(a)} or${NBSP}later`;
   }
   const b = Math.max(0, late - now);
   if (b < 60) {
@@ -90,10 +100,11 @@ export function rangeText(early: number, late: number | null, nowMs: number): st
     return null;
   }
   if (a < 60) {
-    return `up to ${hi}`;
+    return `up to${NBSP}${hi}`;
   }
-  if (lo.endsWith(' min') && hi.endsWith(' min') && !lo.includes('h') && !hi.includes('h')) {
-    return `${lo.slice(0, -4)}–${hi}`;
+  const min = `${NBSP}min`;
+  if (lo.endsWith(min) && hi.endsWith(min) && !lo.includes('h') && !hi.includes('h')) {
+    return `${lo.slice(0, -min.length)}–${hi}`;
   }
   return `${lo} – ${hi}`;
 }
@@ -118,7 +129,7 @@ export function startWords(w: IWorkload, nowMs: number): IStartWords | null {
   const r = w.estimatedStartRange;
   if (at > now) {
     return {
-      text: `starts in ${approxDuration(at - now)}`,
+      text: `starts${NBSP}in${NBSP}${approxDuration(at - now)}`,
       range: r
         ? rangeText(Math.min(r.early, at), r.late === null ? null : Math.max(r.late, at), nowMs)
         : null,
@@ -146,16 +157,28 @@ export function waitingForWho(wf: IWaitingFor, user: string | null): string {
   return user && wf.owner === user ? `your ${key}` : key;
 }
 
-/** "2 × nvidia-a100 from team-b/train-x (ends ~10:42)". */
-export function waitingForText(wf: IWaitingFor, user: string | null, nowMs: number): string {
+/** The parts of "2 × nvidia-a100 from team-b/train-x (ends ~10:42)": what, who, when. */
+export function waitingForParts(
+  wf: IWaitingFor,
+  user: string | null,
+  nowMs: number
+): { what: string; who: string; when: string } {
   const now = nowMs / 1000;
-  const when =
+  const end =
     wf.expectedEndAt > now
       ? `ends ~${clockTime(wf.expectedEndAt, nowMs)}`
       : 'ends any moment';
-  const queued = wf.kind === 'pending' ? 'queued, ' : '';
-  const what = wf.summary ? `${wf.summary} from ` : '';
-  return `${what}${waitingForWho(wf, user)} (${queued}${when})`;
+  return {
+    what: wf.summary ?? '',
+    who: waitingForWho(wf, user),
+    when: `(${wf.kind === 'pending' ? 'queued, ' : ''}${end})`
+  };
+}
+
+/** "2 × nvidia-a100 from team-b/train-x (ends ~10:42)". */
+export function waitingForText(wf: IWaitingFor, user: string | null, nowMs: number): string {
+  const { what, who, when } = waitingForParts(wf, user, nowMs);
+  return `${what ? `${what} from ` : ''}${who} ${when}`;
 }
 
 const REASON_WORDS: Record<string, string> = {
@@ -210,17 +233,19 @@ export function estimateTooltip(w: IWorkload, nowMs: number): string {
           : '.')
     );
   }
-  // The server's message: the caveat itself, or a note (e.g. "extrapolated from …").
   const message = w.estimateMessage ?? '';
-  if (message && message !== ESTIMATE_CAVEAT) {
-    lines.push(message);
+  const isCaveat = message.includes('cannot foresee');
+  if (w.estimatedStartAt == null && message) {
+    lines.push(message); // why there is no estimate
   }
   if (w.estimateComputedAt) {
     lines.push(`Computed at ${clockTime(w.estimateComputedAt, nowMs)}.`);
   }
-  if (!message.includes('cannot foresee')) {
-    lines.push(ESTIMATE_CAVEAT);
+  if (w.estimatedStartAt != null && message && !isCaveat) {
+    lines.push(message); // a note, e.g. "extrapolated from the simulated admissions ahead of it"
   }
+  // What it cannot foresee: the server's own sentence where it sends one.
+  lines.push(w.estimatedStartAt != null && isCaveat ? message : ESTIMATE_CAVEAT);
   return lines.join('\n');
 }
 

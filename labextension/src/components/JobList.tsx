@@ -22,7 +22,7 @@ import {
   fasterOptionText,
   noEstimateWords,
   startWords,
-  waitingForText
+  waitingForParts
 } from '../estimate';
 import { IWorkloadEntry, QueueModel } from '../model';
 
@@ -157,6 +157,9 @@ function JobRow(props: {
       className={`jp-gpuqueue-job ${props.highlight ? 'jp-mod-highlight' : ''}`}
       data-gpuqueue-job={key}
       data-state={w.state}
+      data-estimate={
+        w.state === 'Pending' && w.estimatedStartAt != null ? 'yes' : undefined
+      }
     >
       <div className="jp-gpuqueue-job-head">
         <span className="jp-gpuqueue-job-name" title={key}>
@@ -184,13 +187,13 @@ function JobRow(props: {
                 ` · ${w.positionInClusterQueue + 1} in ${w.clusterQueue}`}
             </div>
           )}
+          <StartEstimate w={w} now={now} user={props.user} />
           {(w.reason || w.message) && (
             <div className="jp-gpuqueue-reason" title={w.message ?? ''}>
               waiting: {w.reason ?? 'Pending'}
               {w.message ? ` — ${w.message}` : ''}
             </div>
           )}
-          <StartEstimate w={w} now={now} user={props.user} />
         </>
       )}
 
@@ -309,12 +312,17 @@ export function StartEstimate(props: {
       )}
       {words && waiting.length > 0 && (
         <ul className="jp-gpuqueue-eta-waiting">
-          {waiting.map((wf, i) => (
-            <li key={`${wf.namespace}/${wf.name ?? i}`}>
-              {i === 0 ? 'waiting for ' : 'and '}
-              {waitingForText(wf, user, now)}
-            </li>
-          ))}
+          {waiting.map((wf, i) => {
+            const { what, who, when } = waitingForParts(wf, user, now);
+            return (
+              <li key={`${wf.namespace}/${wf.name ?? i}`} data-kind={wf.kind}>
+                {i === 0 ? 'waiting for ' : 'and '}
+                {what && `${what} from `}
+                <span className="jp-gpuqueue-eta-who">{who}</span>{' '}
+                <span className="jp-gpuqueue-eta-nowrap">{when}</span>
+              </li>
+            );
+          })}
         </ul>
       )}
       {faster.length > 0 && (
