@@ -64,3 +64,23 @@ def test_another_teams_preemptor_is_shown_by_its_team_unless_an_admin_looks(make
     assert "by a one workload" in p["summary"]
     full = svc.views.reveal(svc.get_workload("two", "borrower"))
     assert full["preemptions"]["last"]["by"] == "one/mine"
+
+
+def test_a_jobs_timeline_has_its_runs_their_cost_and_the_preemption(make):
+    svc = make()
+    svc.submit({"name": "low", "command": [PY, "-c", "import time; time.sleep(1.5)"], "flavor": "gpu-a",
+                "gpus": 2, "priorityClass": "low"}, user="alice")
+    wait(svc, lambda: state(svc, "one", "low") == "Running")
+    svc.submit({"name": "high", "command": [PY, "-c", "import time; time.sleep(0.3)"], "flavor": "gpu-a",
+                "priorityClass": "high"}, user="alice")
+    wait(svc, lambda: state(svc, "one", "low") == "Succeeded", timeout=30)
+    t = svc.timeline("one", "low")
+    types = [e["type"] for e in t["events"]]
+    assert types[0] == "Submitted" and types[-1] == "Succeeded"
+    assert types.count("Admitted") == 2 and "Preempted" in types
+    assert types.index("Preempted") < len(types) - 1 - types[::-1].index("Admitted")  # preempted, then admitted again
+    assert [r["outcome"] for r in t["runs"]] == ["preempted", "succeeded"]
+    assert t["runs"][0]["flavors"] == ["2 × gpu-a"]
+    total = sum(r["costUsd"] for r in t["runs"])
+    assert total == pytest.approx(t["workload"]["costUsd"], abs=1e-5)
+    assert t["utilization"] == []  # no NVML here: nothing invented

@@ -185,6 +185,12 @@ async def test_job_succeeds_with_log_and_cost(jp_fetch, started, check_schema):
                     params={"offset": str(log["size"] - 3)})
     assert tail["text"] == log["text"][-3:]
 
+    timeline = await ok(jp_fetch, "workloads", wl["namespace"], wl["name"], "timeline")
+    check_schema("Timeline", timeline)
+    assert [e["type"] for e in timeline["events"]] == ["Submitted", "Admitted", "Started", "Succeeded"]
+    assert [r["outcome"] for r in timeline["runs"]] == ["succeeded"]
+    await ok(jp_fetch, "workloads", wl["namespace"], "no-such-job", "timeline", expect=404)
+
 
 async def test_cancel_running_job(jp_fetch, started):
     wl = await ok(jp_fetch, "workloads", method="POST", expect=201,

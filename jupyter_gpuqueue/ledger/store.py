@@ -762,6 +762,17 @@ class Ledger:
                 s.execute(insert(UtilizationSample), rows)
         return len(rows)
 
+    def utilization_samples(self, uid: str, limit: int = 5000) -> list[dict]:
+        """The NVML samples of one workload, oldest first, the last ``limit``:
+        ``[{"device", "at" (s since the epoch), "percent" (0-100)}]``."""
+        q = (select(UtilizationSample.device, UtilizationSample.at, UtilizationSample.percent)
+             .where(UtilizationSample.workload_uid == uid)
+             .order_by(UtilizationSample.at.desc(), UtilizationSample.id.desc()).limit(int(limit)))
+        with self._scope() as s:
+            rows = [{"device": d, "at": float(at), "percent": float(p)} for d, at, p in s.execute(q)]
+        rows.reverse()
+        return rows
+
     def utilization(self, since: Optional[float] = None, until: Optional[float] = None) -> dict[str, tuple[float, int]]:
         """Mean GPU utilization per workload over samples taken in [``since``, ``until``):
         ``{uid: (mean percent, number of samples)}``; workloads without samples are absent."""

@@ -382,6 +382,15 @@ class WorkloadLogsHandler(GpuQueueHandler):
         )
 
 
+class WorkloadTimelineHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, namespace: str, name: str):
+        """A job's timeline, runs (cost of each) and NVML samples (404 NotFound)."""
+        require_scope(self, SUBMIT_SCOPE)
+        self.write_json(self.service.timeline(namespace, name, reveal=has_scope(self, ADMIN_SCOPE)))
+
+
 class EstimateHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
@@ -449,6 +458,7 @@ default_handlers = [
     (rf"{API_PREFIX}/info", InfoHandler),
     (rf"{API_PREFIX}/workloads", WorkloadsHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/logs", WorkloadLogsHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}/timeline", WorkloadTimelineHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}", WorkloadHandler),
     (rf"{API_PREFIX}/estimate", EstimateHandler),
     (rf"{API_PREFIX}/queues", QueuesHandler),

@@ -352,6 +352,10 @@ class QueueService:
         """:meth:`Views.get_workload`."""
         return self.views.get_workload(namespace, name)
 
+    def timeline(self, namespace: str, name: str, *, reveal: bool = False) -> dict:
+        """:meth:`Views.timeline`."""
+        return self.views.timeline(namespace, name, reveal=reveal)
+
     def estimate(self, request: dict, *, user: str) -> dict:
         """:meth:`Views.estimate`."""
         return self.views.estimate(request, user=user)

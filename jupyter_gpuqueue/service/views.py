@@ -317,6 +317,65 @@ class Views:
                         total += self.conf.prices.usd_per_hour(f, r, q * ps.count)
         return total
 
+    def timeline(self, namespace: str, name: str, *, reveal: bool = False) -> dict:
+        """A job's history for its page (docs/rest-api.md, Timeline): ``{"workload": view,
+        "events": [{"at", "type", "text"}] (oldest first: Submitted, Admitted (each run, where),
+        Started, Preempted (by whom, why, what was lost), Finished / Failed / Cancelled),
+        "runs": [{"start", "end" (null while it runs), "flavors": ["2 × gpu-a"], "costUsd",
+        "outcome": running | preempted | succeeded | failed | cancelled}], "utilization":
+        [{"device", "at", "percent"}] (NVML samples, where taken)}``. Raises NotFound."""
+        rec = self.live.record(namespace, name)
+        view = self.view(rec)
+        if reveal:
+            view = self.reveal(view)
+        now = self.conf.clock()
+        runs: dict[float, dict] = {}
+        for iv in self.ledger.intervals(rec["uid"]):
+            run = runs.setdefault(iv["start"], {"start": iv["start"], "end": iv["end"], "flavors": [], "costUsd": 0.0})
+            what = iv["resource"]
+            what = f"MIG {what[len(MIG_PREFIX):]}" if what.startswith(MIG_PREFIX) else iv["flavor"]
+            run["flavors"].append(f"{iv['quantity']} × {what}")
+            end = now if iv["end"] is None else iv["end"]
+            run["costUsd"] += iv["usd_per_hour"] * max(0.0, end - iv["start"]) / 3600.0
+            if iv["end"] is None:
+                run["end"] = None
+        preempted = (view.get("preemptions") or {}).get("history") or []
+        ordered = sorted(runs.values(), key=lambda r: r["start"])
+        state = rec["state"]
+        for i, run in enumerate(ordered):
+            run["costUsd"] = round(run["costUsd"], 6)
+            if run["end"] is None:
+                run["outcome"] = "running"
+            elif i < len(ordered) - 1 or state == PENDING:
+                run["outcome"] = "preempted"
+            else:
+                run["outcome"] = {"Succeeded": "succeeded", "Failed": "failed", "Cancelled": "cancelled"}.get(state, "preempted")
+        events = [{"at": rec["created_at"], "type": "Submitted",
+                   "text": f"submitted by {rec['owner']} to {rec['namespace']}/{rec['local_queue']}"
+                           + (f" ({rec['priority_class']})" if rec.get("priority_class") else "")}]
+        for run in ordered:
+            where = ", ".join(run["flavors"])
+            events.append({"at": run["start"], "type": "Admitted", "text": f"admitted on {where}"})
+        for p in preempted:
+            events.append({"at": p["at"], "type": "Preempted",
+                           "text": f"preempted by {p['byWords']} ({p['words']}); its runs so far cost "
+                                   f"{_usd(float(p.get('lostCostUsd') or 0.0))}, and it was queued again"})
+        if rec.get("started_at"):
+            events.append({"at": rec["started_at"], "type": "Started", "text": "started running"})
+        lifted = (rec.get("spec") or {}).get("budgetHoldLiftedBy")
+        if lifted:
+            events.append({"at": None, "type": "BudgetHoldLifted", "text": f"budget hold lifted by {lifted}"})
+        if rec.get("finished_at") is not None:
+            text = state.lower()
+            if rec.get("exit_code") is not None:
+                text += f" (exit code {rec['exit_code']})"
+            if rec.get("message"):
+                text += f": {rec['message']}"
+            events.append({"at": rec["finished_at"], "type": state, "text": text})
+        events.sort(key=lambda e: (e["at"] is None, e["at"] or 0.0))
+        return {"workload": view, "events": events, "runs": ordered,
+                "utilization": self.ledger.utilization_samples(rec["uid"])}
+
     def reveal(self, view: dict) -> dict:
         """``view`` as an admin sees it: the names of the workloads its estimate waits for and of
         its preemptors (another team's are hidden from others)."""

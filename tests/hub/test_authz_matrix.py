@@ -42,6 +42,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     # workloads (custom:gpuqueue:submit): everyone sees positions and costs ...
     ("GET", "/workloads"): (A, R, R, R, R),
     ("GET", "/workloads/{namespace}/{name}"): (A, R, R, R, R),
+    ("GET", "/workloads/{namespace}/{name}/timeline"): (A, R, R, R, R),  # a job's page
     ("GET", "/events"): (A, 101, 101, 101, 101),  # websocket handshake
     # ... only the team submits to (and estimates for) its LocalQueue ...
     ("POST", "/workloads"): (A, A, 201, 201, 201),
