@@ -263,7 +263,10 @@ class QueueCollector:
                                    "current UTC month, to date", labels=["flavor"])
         idle_c = GaugeMetricFamily("gpuqueue_flavor_idle_cost_usd", "What the idle GPU-hours of a flavor cost "
                                    "in the current UTC month, to date", labels=["flavor"])
-        for row in reports.idle_capacity(month_ivs, since, min(until, now), capacity, service.prices.price):
+        # Idle from when the inventory was first known, if that is later than the 1st (service/costs.py).
+        first_known = service.costs.capacity_since(now) if getattr(service, "costs", None) is not None else None
+        idle_since = max(since, first_known) if first_known is not None else since
+        for row in reports.idle_capacity(month_ivs, idle_since, min(until, now), capacity, service.prices.price):
             cap.add_metric([row["flavor"]], row["capacityGpus"])
             idle_h.add_metric([row["flavor"]], row["idleGpuHours"])
             idle_c.add_metric([row["flavor"]], row["idleCostUsd"])
