@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 scripts/setup-venv.sh demo
 extra=()
 if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi
-exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD" "${extra[@]}" "$@"
+# The demo's ledger is upgraded to this version's schema if an older demo made it (a backup is
+# kept next to it; a real deployment decides that itself: README, "Upgrades and backups").
+exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD" --GpuQueueApp.upgrade_db=True "${extra[@]}" "$@"

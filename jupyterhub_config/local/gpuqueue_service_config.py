@@ -23,6 +23,9 @@ if hasattr(os, "geteuid") and os.geteuid() == 0:
 
 c.GpuQueueApp.mode = "hub-service"
 c.GpuQueueApp.state_dir = os.path.join(state, "gpuqueue")
+# The demo's ledger follows the code's schema (a backup is kept next to it); a real deployment
+# runs `jupyter gpuqueue upgrade-db` itself (README, "Upgrades and backups").
+c.GpuQueueApp.upgrade_db = True
 # Teams from hub groups: group -> LocalQueues ("namespace/name") of the cluster configuration
 # (the bundled demo cluster unless c.GpuQueueApp.config_files or $GPUQUEUE_CONFIG names others).
 c.GpuQueueApp.group_local_queues = {
