@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -167,3 +168,63 @@ async def test_gpujob_falls_back_to_polling_and_cancels_from_the_widget(gpuqueue
     assert "Cancelled" in repr(job2)
     job.close()
     job2.close()
+
+
+async def test_gpujob_widget_and_handle_show_the_estimated_start(gpuqueue_env, tmp_path):
+    """A %%gpujob cell that has to wait: the widget says when it starts and what it waits for, and
+    ``_gpujob.estimated_start`` is a timezone-aware datetime (issue 14)."""
+    client = GpuQueueClient(gpuqueue_env["GPUQUEUE_URL"], gpuqueue_env["GPUQUEUE_TOKEN"])
+    blocker = await asyncio.to_thread(client.submit, {
+        "name": "h100-blocker", "localQueue": "team-b/team-b-queue", "gpus": 4, "flavor": "nvidia-h100",
+        "command": [sys.executable, "-c", "import time; time.sleep(600)"], "maxRuntime": "10m"})
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        for _ in range(100):
+            if (await asyncio.to_thread(client.get, "team-b", "h100-blocker"))["state"] == "Running":
+                break
+            await asyncio.sleep(0.2)
+        cells = [
+            new_code_cell("%load_ext jupyter_gpuqueue"),
+            new_code_cell(
+                "%%gpujob --gpus 1 --flavor nvidia-h100 --queue team-b/team-b-queue --max-runtime 5m --name waits-cell\n"
+                "print('ran')"
+            ),
+            new_code_cell(
+                "import time, datetime\n"
+                "job = _gpujob\n"
+                "deadline = time.time() + 60\n"
+                "while job.estimated_start is None and time.time() < deadline:\n"
+                "    time.sleep(0.5)\n"
+                "    job.refresh()\n"
+                "est = job.estimated_start\n"
+                "ahead = (est - datetime.datetime.now(datetime.timezone.utc)).total_seconds()\n"
+                "print('STATE', job.state)\n"
+                "print('AWARE', est.tzinfo is not None and est.utcoffset() is not None)\n"
+                "print('AHEAD', 400 < ahead < 660)\n"
+                "early, late = job.estimated_start_range\n"
+                "print('RANGE', early <= est <= late)\n"
+                "wf = job.waiting_for[0]\n"
+                "print('WAITING', wf['namespace'], wf['name'], wf['summary'], wf['kind'], wf['expected_end'].tzinfo is not None)\n"
+                "while 'Starts' not in job.widget.details.value and time.time() < deadline:\n"
+                "    time.sleep(0.2)\n"
+                "details = job.widget.details.value\n"
+                "print('WIDGET', 'starts in ~' in details, 'from your team-b/h100-blocker (ends ~' in details,\n"
+                "      'cannot foresee' in details)\n"
+                "print(repr(job))\n"
+                "job.cancel()\n"
+                "print('AFTER', job.state, job.estimated_start, job.waiting_for, job.estimated_start_range)\n"
+                "print('COST', 'Cost so far' not in job.widget.details.value)"
+            ),
+        ]
+        nb = await run_notebook(cells, work, gpuqueue_env, timeout=120)
+        out = text_of(nb.cells[2])
+        assert "STATE Pending" in out, out
+        assert "AWARE True" in out and "AHEAD True" in out and "RANGE True" in out, out
+        assert "WAITING team-b h100-blocker 4 × nvidia-h100 running True" in out, out
+        assert "WIDGET True True True" in out, out
+        assert re.search(r"GpuJob\(team-b/waits-cell: Pending, position 1 .*starts in ~\d+ min", out), out
+        assert "AFTER Cancelled None [] None" in out, out
+        assert "COST True" in out, out
+    finally:
+        await asyncio.to_thread(client.cancel, blocker["namespace"], blocker["name"])
