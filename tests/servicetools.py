@@ -2,7 +2,8 @@
 
 ``service_factory(tmp_path, cluster, inventory, **defaults)`` writes ``cluster.yaml``,
 ``inventory.yaml`` and ``root/`` and returns ``build(restore=True, **overrides)``: every call makes a
-new service on the same files and the same SQLite ledger (calling it again is a restart).
+new service on the same files and the same ledger (SQLite in ``tmp_path``, or ``db_url``; calling it
+again is a restart).
 ``stop_jobs(services)`` ends the local processes the services still run (test teardown).
 """
 
@@ -16,6 +17,9 @@ from jupyter_gpuqueue.service import QueueService, create_service
 
 
 def service_factory(tmp_path: Path, cluster: str, inventory: str, **defaults: Any) -> Callable[..., QueueService]:
+    """``defaults`` may name ``db_url`` (e.g. a PostgreSQL database, tests/conftest.py's
+    ``ledger_url``); the default is a SQLite file in ``tmp_path``."""
+    db_url = defaults.pop("db_url", None) or f"sqlite:///{tmp_path / 'q.sqlite'}"
     (tmp_path / "cluster.yaml").write_text(cluster)
     (tmp_path / "inventory.yaml").write_text(inventory)
     (tmp_path / "root").mkdir(exist_ok=True)
@@ -25,7 +29,7 @@ def service_factory(tmp_path: Path, cluster: str, inventory: str, **defaults: An
         svc = create_service(
             config_paths=[str(tmp_path / "cluster.yaml")],
             inventory_path=str(tmp_path / "inventory.yaml"),
-            db_url=f"sqlite:///{tmp_path / 'q.sqlite'}",
+            db_url=db_url,
             root_dir=str(tmp_path / "root"),
             data_dir=str(tmp_path / "data"),
             **{**defaults, **overrides},

@@ -1,4 +1,4 @@
-"""QueueService end to end without the web layer: real SQLite ledger, real local processes, real
+"""QueueService end to end without the web layer: a real ledger (SQLite and a real PostgreSQL server: every test runs on both), real local processes, real
 restarts. The loop is driven by calling ``tick()``, as the server's background task does."""
 
 from __future__ import annotations
@@ -92,8 +92,10 @@ PY = sys.executable
 
 
 @pytest.fixture
-def env(tmp_path):
-    make = service_factory(tmp_path, CLUSTER, INVENTORY, default_local_queue="one/q", stop_grace_seconds=2.0)
+def env(tmp_path, ledger_url):
+    # Every test here runs on SQLite and on a real PostgreSQL server (tests/conftest.py, ledger_url).
+    make = service_factory(tmp_path, CLUSTER, INVENTORY, default_local_queue="one/q", stop_grace_seconds=2.0,
+                           db_url=ledger_url)
     yield make, tmp_path
     stop_jobs(make.services, grace=0.5)
 
