@@ -77,8 +77,11 @@ def _run_as_user() -> Optional[str]:
 class PostgresServer:
     """One PostgreSQL cluster for the test session (see the module docstring)."""
 
-    def __init__(self, bindir: Optional[str] = None, port: int = 5432):
+    def __init__(self, bindir: Optional[str] = None, port: int = 5432, *, durable: bool = False):
         self.bindir = bindir or find_bindir()
+        # durable: PostgreSQL's defaults (fsync, synchronous_commit, full_page_writes on), for
+        # benchmarks; tests run without them (nothing they write must survive the machine).
+        self.durable = durable
         self.port = port
         self.base: Optional[str] = None
         self.user = _run_as_user()
@@ -114,8 +117,9 @@ class PostgresServer:
                 os.chown(d, pw.pw_uid, pw.pw_gid)
         self._check(os.path.join(self.bindir, "initdb"), "-D", data, "-U", "postgres", "--auth=trust",
                     "-E", "UTF8", "--locale=C", "--no-sync")
-        opts = (f"-p {self.port} -k {self.socket_dir} -c listen_addresses='' -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        opts = f"-p {self.port} -k {self.socket_dir} -c listen_addresses='' -c max_connections=200"
+        if not self.durable:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._check(os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.base, "server.log"),
                     "-o", opts, "-w", "-t", "60", "start")
         return self

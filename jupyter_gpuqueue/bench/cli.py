@@ -40,6 +40,9 @@ def add_bench_parser(sub, server_parent) -> None:
                    help="GpuQueueApp.cycle_interval of the started server, seconds (0.5, the default)")
     g.add_argument("--keep", action="store_true", help="keep the started server's folder (ledger, logs)")
     g.add_argument("--profile", metavar="FILE", help="run the started server under cProfile, write its profile here")
+    g.add_argument("--db-url", metavar="URL",
+                   help="the started server's ledger (GpuQueueApp.db_url), e.g. postgresql+psycopg://…; "
+                   "default: SQLite in its folder")
     g.add_argument("--no-estimates", action="store_true",
                    help="start the server with GpuQueueApp.estimate_start_times = False (the baseline "
                    "of what estimated start times cost)")
@@ -116,7 +119,17 @@ def _server(args, *, borrowing: bool = True):
     return BenchServer(config_yaml=stream.cluster_yaml(borrowing=borrowing),
                        inventory_yaml=stream.inventory_yaml(args.nodes, args.gpus_per_node),
                        cycle_interval=args.cycle_interval, keep=args.keep, profile_path=args.profile,
-                       extra_config={"estimate_start_times": False} if getattr(args, "no_estimates", False) else None)
+                       extra_config=_extra_config(args))
+
+
+def _extra_config(args) -> dict:
+    """GpuQueueApp traits of the started server that the options set."""
+    extra: dict = {}
+    if getattr(args, "no_estimates", False):
+        extra["estimate_start_times"] = False
+    if getattr(args, "db_url", None):
+        extra["db_url"] = args.db_url
+    return extra
 
 
 def _write_json(args, data, out: TextIO) -> None:

@@ -102,23 +102,41 @@ def peak_concurrency(intervals: list[tuple[float, float, int]]) -> int:
     return peak
 
 
-def devices_held_twice(ledger_path: str) -> list[str]:
+def devices_held_twice(server) -> list[str]:
+    """``server``: a BenchServer (its ledger, SQLite or PostgreSQL) or the path of a SQLite ledger."""
+    if isinstance(server, str):
+        from types import SimpleNamespace
+
+        path = server
+        server = SimpleNamespace(db_url=f"sqlite:///{path}", ledger_rows=None)
+        server.ledger_rows = lambda sql, url=server.db_url: _rows(url, sql)
+    return _devices_held_twice(server)
+
+
+def _rows(url: str, sql: str) -> list[tuple]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as con:
+            return [tuple(r) for r in con.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def _devices_held_twice(server) -> list[str]:
     """Devices that two workloads held at once, read from the server's ledger: each admitted
     workload holds the devices of its admission's placements from ``admitted_at`` to
     ``finished_at`` (still held if it has not finished). Returns one line per overlap (empty:
     no GPU or MIG slice was ever assigned twice). Only the last admission of a workload is on
     record, which is every admission in a run without preemption (the bench's stream)."""
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True)
-    try:
-        rows = con.execute("SELECT name, admission, admitted_at, finished_at FROM workloads "
-                           "WHERE admitted_at IS NOT NULL").fetchall()
-    finally:
-        con.close()
+    rows = server.ledger_rows("SELECT name, admission, admitted_at, finished_at FROM workloads "
+                              "WHERE admitted_at IS NOT NULL")
     held: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
     for name, admission, start, end in rows:
-        for p in (json.loads(admission) if admission else {}).get("placements", []):
+        if isinstance(admission, str):
+            admission = json.loads(admission)
+        for p in (admission or {}).get("placements", []):
             for dev in p["devices"]:
                 held.setdefault((p["node"], dev), []).append((start, end if end is not None else float("inf"), name))
     out = []
@@ -190,7 +208,7 @@ async def run_drain(server, *, n: int = 2000, borrowing: bool = True, clients: i
     cpu1_all = measure.process_cpu_seconds(server.pid, children=True)
     figures = drain_figures(workloads, jobs, t0=t0, capacity=capacity, borrowing=borrowing, runtime=runtime)
     if getattr(server, "ledger_path", None):  # a server started here: no device given twice
-        errors.extend((None, None, f"device held twice: {line}") for line in devices_held_twice(server.ledger_path))
+        errors.extend((None, None, f"device held twice: {line}") for line in devices_held_twice(server))
     figures.update({
         "borrowing": borrowing,
         "submitSeconds": submit_seconds,

@@ -129,6 +129,7 @@ class BenchServer(ExternalServer):
             "lease_priority_class": None,  # the stream's cluster has no notebook leases
         }
         gq.update(extra_config or {})
+        self.db_url = gq["db_url"]  # SQLite in the folder, or what --db-url named (PostgreSQL)
         self.server_config = {
             "ServerApp": {
                 "ip": "127.0.0.1", "port": self.port, "port_retries": 0, "open_browser": False,
@@ -217,22 +218,22 @@ class BenchServer(ExternalServer):
             self._log.close()
             self._log = None
 
+    def ledger_rows(self, sql: str) -> list[tuple]:
+        """Rows of a read-only SQL query on the server's ledger (SQLite or PostgreSQL)."""
+        from .drain import _rows
+
+        return _rows(self.db_url, sql)
+
     def kill_jobs(self) -> int:
         """After :meth:`stop`: SIGKILL the process groups of the jobs the ledger says still run
         (the local backend's jobs outlive their server by design); returns how many."""
-        import sqlite3
-
-        if not os.path.exists(self.ledger_path):
+        if self.db_url.startswith("sqlite") and not os.path.exists(self.ledger_path):
             return 0
-        con = sqlite3.connect(f"file:{self.ledger_path}?mode=ro", uri=True)
-        try:
-            runs = [r[0] for r in con.execute("SELECT run FROM workloads WHERE state IN ('Admitted', 'Running')")]
-        finally:
-            con.close()
+        runs = [r[0] for r in self.ledger_rows("SELECT run FROM workloads WHERE state IN ('Admitted', 'Running')")]
         killed = 0
-        for text in runs:
+        for run in runs:
             try:
-                pgid = int(json.loads(text or "null")["pgid"])
+                pgid = int((json.loads(run or "null") if isinstance(run, (str, type(None))) else run)["pgid"])
             except (TypeError, ValueError, KeyError):
                 continue
             if pgid <= 1:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 from typing import Optional
 
@@ -133,11 +132,7 @@ async def run_submit(server, *, n: int, clients: int, command: Optional[list[str
         await asyncio.gather(*(s.close() for s in sessions))
     ledger_rows = None
     if getattr(server, "ledger_path", None):
-        con = sqlite3.connect(f"file:{server.ledger_path}?mode=ro", uri=True)
-        try:
-            rows = {r[0] for r in con.execute("SELECT uid FROM workloads")}
-        finally:
-            con.close()
+        rows = {r[0] for r in server.ledger_rows("SELECT uid FROM workloads")}
         ledger_rows = len(rows)
         missing = uids - rows
         if missing:
