@@ -99,6 +99,112 @@ class TestSubmitRateLimit:
         await ok(jp_fetch, "workloads", headers=dict(alice))
 
 
+class TestEveryWorkloadCostsAToken:
+    """One token per workload queued, however it was submitted; a refused request costs none.
+    (Before: a manifest of N Jobs cost one token, and the token was taken before the request was
+    checked, so a 400 used it up.)"""
+
+    @pytest.fixture
+    def gpuqueue_config(self, gpuqueue_config):
+        team_a = ["team-a/team-a-queue"]  # nobody here may submit to team-b: a 403 to try
+        return {**gpuqueue_config, "submit_rate_limit": "3/min",
+                "user_local_queues": {u: team_a for u in ("alice", "bob", "carol", "dave", "erin")}}
+
+    @pytest.fixture
+    def gpuqueue_server_config(self):
+        return {"identity_provider_class": HeaderUserIdentityProvider}
+
+    async def _limited(self, jp_fetch, user, name):
+        status, err, headers = await call(jp_fetch, "workloads", method="POST", headers={USER_HEADER: user},
+                                          body=command_job("print(1)", name=name))
+        assert status == 429 and err["reason"] == "TooManyRequests" and "3/min" in err["message"], (status, err)
+        assert (await call(jp_fetch, "workloads", "team-a", name))[0] == 404
+
+    async def test_a_manifest_costs_one_token_per_job(self, jp_fetch, started):
+        alice = {USER_HEADER: "alice"}
+        made = await ok(jp_fetch, "workloads", method="POST", expect=201, headers=dict(alice),
+                        body={"manifest": _jobs("man-1", "man-2", gpus=1)})
+        assert len(made["items"]) == 2
+        await ok(jp_fetch, "workloads", method="POST", expect=201, headers=dict(alice),
+                 body=command_job("print(1)", name="third"))
+        await self._limited(jp_fetch, "alice", "fourth")
+        # a YAML body is a manifest too: 2 Jobs for bob, then his one token left does not cover 2
+        bob = {USER_HEADER: "bob", "Content-Type": "application/yaml"}
+        made = await ok(jp_fetch, "workloads", method="POST", expect=201, headers=bob,
+                        body=_jobs("bob-1", "bob-2", gpus=1))
+        assert len(made["items"]) == 2
+        status, err, headers = await call(jp_fetch, "workloads", method="POST", headers=bob,
+                                          body=_jobs("bob-3", "bob-4", gpus=1))
+        assert status == 429 and int(headers["Retry-After"]) >= 1, (status, err)
+        assert (await call(jp_fetch, "workloads", "team-a", "bob-3"))[0] == 404
+        # the one token left is still there: the refused manifest took nothing
+        await ok(jp_fetch, "workloads", method="POST", expect=201, headers={USER_HEADER: "bob"},
+                 body=command_job("print(1)", name="bob-5"))
+
+    async def test_a_manifest_above_the_burst_is_refused_as_a_batch_is(self, jp_fetch, started):
+        status, err, _ = await call(jp_fetch, "workloads", method="POST", headers={USER_HEADER: "carol"},
+                                    body={"manifest": _jobs("c-1", "c-2", "c-3", "c-4", gpus=1)})
+        assert status == 400 and err["field"] == "manifest" and "burst of 3" in err["message"], err
+        status, err, _ = await call(jp_fetch, "workloads", method="POST", headers={USER_HEADER: "carol"},
+                                    body={"items": [command_job("print(1)", name=f"b-{i}") for i in range(4)]})
+        assert status == 400 and err["field"] == "items" and "burst of 3" in err["message"], err
+        # neither cost anything: three submissions still pass
+        for i in range(3):
+            await ok(jp_fetch, "workloads", method="POST", expect=201, headers={USER_HEADER: "carol"},
+                     body=command_job("print(1)", name=f"carol-{i}"))
+        await self._limited(jp_fetch, "carol", "carol-3")
+
+    async def test_documents_that_are_no_workload_cost_nothing(self, jp_fetch, started):
+        config_map = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: team-a}\n"
+        made = await ok(jp_fetch, "workloads", method="POST", expect=201, headers={USER_HEADER: "dave"},
+                        body={"manifest": config_map + "---" + _jobs("dave-1", gpus=1)})
+        assert made["name"] == "dave-1"  # one workload: the Workload itself
+        for i in (2, 3):
+            await ok(jp_fetch, "workloads", method="POST", expect=201, headers={USER_HEADER: "dave"},
+                     body=command_job("print(1)", name=f"dave-{i}"))
+        await self._limited(jp_fetch, "dave", "dave-4")
+
+    async def test_a_batch_costs_one_token_per_item(self, jp_fetch, started):
+        made = await ok(jp_fetch, "workloads", method="POST", expect=201, headers={USER_HEADER: "erin"},
+                        body={"items": [command_job("print(1)", name=f"erin-{i}") for i in range(2)]})
+        assert len(made["items"]) == 2
+        await ok(jp_fetch, "workloads", method="POST", expect=201, headers={USER_HEADER: "erin"},
+                 body=command_job("print(1)", name="erin-2"))
+        await self._limited(jp_fetch, "erin", "erin-3")
+
+    async def test_refused_requests_cost_no_token(self, jp_fetch, started):
+        alice = {USER_HEADER: "alice"}
+        refused = [
+            command_job("print(1)", name="bad-gpus", gpus="two"),           # the document: 400
+            command_job("print(1)", name="Not_A_Label"),                      # the document: 400
+            command_job("print(1)", name="no-queue", localQueue="team-a/nowhere"),  # the service: 400
+            command_job("print(1)", name="too-big", gpus=10_000),             # the service: 400
+            {"items": [command_job("print(1)", name="in-batch"), {"gpus": -1}]},  # 400 items[1]
+            {"manifest": "kind: [unclosed"},                                  # 400 manifest
+            {"manifest": _jobs("m-bad", gpus=1).replace("team-a-queue", "nowhere")},  # 400
+        ]
+        for body in refused * 2:  # twice the burst of refused requests
+            status, err, _ = await call(jp_fetch, "workloads", method="POST", headers=dict(alice), body=body)
+            assert status == 400 and err["reason"] == "Invalid", (body, status, err)
+        status, err, _ = await call(jp_fetch, "workloads", method="POST", body="kind: [unclosed",
+                                    headers={**alice, "Content-Type": "application/yaml"})
+        assert status == 400 and err["field"] == "body", err
+        # forbidden (bob is in team-b) and conflicting (a name taken) requests queue nothing either
+        await ok(jp_fetch, "workloads", method="POST", expect=201, headers=dict(alice),
+                 body=command_job("print(1)", name="taken"))
+        for _ in range(4):
+            status, err, _ = await call(jp_fetch, "workloads", method="POST", headers=dict(alice),
+                                        body=command_job("print(1)", name="taken"))
+            assert status == 409, err
+            status, err, _ = await call(jp_fetch, "workloads", method="POST", headers=dict(alice),
+                                        body=command_job("print(1)", name="elsewhere", localQueue="team-b/team-b-queue"))
+            assert status == 403, err
+        for i in range(2):  # the two tokens left of three
+            await ok(jp_fetch, "workloads", method="POST", expect=201, headers=dict(alice),
+                     body=command_job("print(1)", name=f"valid-{i}"))
+        await self._limited(jp_fetch, "alice", "valid-2")
+
+
 class TestMaxPendingPerUser:
     @pytest.fixture
     def gpuqueue_config(self, gpuqueue_config):
@@ -133,6 +239,11 @@ class TestMaxPendingPerUser:
 
 
 def _two_jobs() -> str:
+    return _jobs("m-1", "m-2", gpus=6)
+
+
+def _jobs(*names: str, gpus: int) -> str:
+    """A manifest of batch/v1 Jobs for team-a-queue, one per name, each ``print(1)`` on ``gpus``."""
     import sys
 
     doc = """
@@ -149,10 +260,10 @@ spec:
       - name: main
         image: python
         command: ["{py}", "-c", "print(1)"]
-        resources: {{limits: {{nvidia.com/gpu: 6}}}}
+        resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}
       restartPolicy: Never
 """
-    return "---".join(doc.format(name=n, py=sys.executable) for n in ("m-1", "m-2"))
+    return "---".join(doc.format(name=n, py=sys.executable, gpus=gpus) for n in names)
 
 
 class TestInvalidLimit:

@@ -291,19 +291,22 @@ class WorkloadsHandler(GpuQueueHandler):
         """Submit: a SubmitRequest JSON, a batch ``{"items": [SubmitRequest]}``,
         ``{"manifest": yaml}``, or a YAML body → 201."""
         require_scope(self, SUBMIT_SCOPE)
+        # Each workload queued costs a submit_rate_limit token, however it came; the request is
+        # checked against the document first, and one refused (4xx) gives its tokens back.
         if self.is_yaml_body():
-            self._take_submissions(1)
             text = self.body_text()
             check_manifest_text(text, "body")
-            self._created(await self.service.submit_manifest_async(text, user=self.user))
+            self._created(await self._take_submissions(
+                self._manifest_documents(text), lambda: self.service.submit_manifest_async(text, user=self.user),
+                field="body"))
             return
         data = self.json_body()
         if "items" in data:  # a batch: each item is one submission for the rate limit
             check_body(data, "SubmitBatch", field_depth=3)
-            self._take_submissions(len(data["items"]))
-            self._created(await self.service.submit_many_async(data["items"], user=self.user), batch=True)
+            self._created(await self._take_submissions(
+                len(data["items"]), lambda: self.service.submit_many_async(data["items"], user=self.user)),
+                batch=True)
             return
-        self._take_submissions(1)
         if "manifest" in data:
             text = data["manifest"]
             if not isinstance(text, str):
@@ -317,20 +320,40 @@ class WorkloadsHandler(GpuQueueHandler):
                     field=extra[0],
                 )
             check_manifest_text(text, "manifest")
-            self._created(await self.service.submit_manifest_async(text, user=self.user))
+            self._created(await self._take_submissions(
+                self._manifest_documents(text), lambda: self.service.submit_manifest_async(text, user=self.user),
+                field="manifest"))
             return
         check_body(data, "SubmitRequest")  # the document's types and patterns: 400 naming the field
         # Answered once the submission's group commit returned: acknowledged => durable.
-        workload = await self.service.submit_async(data, user=self.user)
+        workload = await self._take_submissions(1, lambda: self.service.submit_async(data, user=self.user))
         self._set_location(workload)
         self.write_json(workload, status=201)
 
-    def _take_submissions(self, n: int) -> None:
-        """Count ``n`` submissions against ``submit_rate_limit``: 429 TooManyRequests with
-        Retry-After beyond it (400 ``items`` for a batch above the burst); no limit when unset."""
+    async def _take_submissions(self, n: int, submit, field: str = "items"):
+        """Run ``submit()`` (a submission of at most ``n`` workloads) against ``submit_rate_limit``:
+        ``n`` tokens are taken first (429 TooManyRequests with Retry-After beyond the limit, 400
+        ``items`` for more than the burst), given back when the service refuses the request (a 4xx:
+        nothing queued), and those of the workloads it did not queue (a manifest's documents that
+        are no workload) given back after. ``field``: what the 400 names. No limit when unset."""
         limiter = self.settings.get(SUBMIT_LIMITER_KEY)
-        if limiter is not None:
-            limiter.take(self.user, n)
+        if limiter is None:
+            return await submit()
+        limiter.take(self.user, n, field)
+        try:
+            result = await submit()
+        except Exception as exc:
+            err = as_gpuqueue_error(exc)
+            if err is not None and err.status < 500:
+                limiter.give_back(self.user, n)
+            raise
+        limiter.give_back(self.user, n - (len(result) if isinstance(result, list) else 1))
+        return result
+
+    @staticmethod
+    def _manifest_documents(text: str) -> int:
+        """The manifest's mapping documents: the most workloads it can queue (checked YAML)."""
+        return max(1, sum(1 for doc in yaml.safe_load_all(text) if isinstance(doc, dict)))
 
     def _set_location(self, workload: dict) -> None:
         from jupyter_server.utils import url_path_join

@@ -3,10 +3,13 @@ user is a queue rule and lives in ``QueueService.max_pending_per_user``).
 
 ``c.GpuQueueApp.submit_rate_limit = "20/s"`` gives every user a token bucket for submissions
 (``POST workloads``): it holds ``submit_rate_burst`` tokens (default: the rate's count, here 20),
-refills at 20 tokens per second, and each submission takes one. A submission finding the bucket
-empty is answered **429** ``TooManyRequests`` with ``Retry-After`` (whole seconds until a token is
-back) and a message naming the limit; it changes nothing. Buckets are per user name and live in
-memory (a restart refills them).
+refills at 20 tokens per second, and each workload submitted takes one, however it came: a form
+submission one, a batch of N items N, a manifest one per workload in it. A submission finding the
+bucket short of its tokens is answered **429** ``TooManyRequests`` with ``Retry-After`` (whole
+seconds until they are back) and a message naming the limit; it changes nothing. A request that
+queues nothing (refused as invalid, 400, or as forbidden, conflicting or over the pending cap)
+costs nothing: its tokens are given back (:meth:`TokenBucketLimiter.give_back`). Buckets are per
+user name and live in memory (a restart refills them).
 
 Rates are ``"<count>/<unit>"`` with unit ``s`` / ``sec`` / ``second``, ``m`` / ``min`` /
 ``minute``, ``h`` / ``hour`` (optionally with a number before the unit: ``"100/10s"``). An empty
@@ -79,15 +82,15 @@ class TokenBucketLimiter:
             raise ValidationError("must be ≥ 0 (0: the rate's count)", "submit_rate_burst")
         return cls(rate, parsed[0], parsed[1], burst or None, **kw)
 
-    def take(self, key: str, n: int = 1) -> None:
+    def take(self, key: str, n: int = 1, field: str = "items") -> None:
         """Take ``n`` tokens (a batch of ``n`` submissions) from ``key``'s bucket, or raise
         TooManyRequests (429) with ``retry_after`` = seconds until they are back, the message
-        naming the limit; nothing is taken then. ValidationError (field ``items``) when ``n`` is
-        above the burst: such a batch could never pass."""
+        naming the limit; nothing is taken then. ValidationError (``field``: ``items`` of a batch,
+        ``manifest`` of a manifest) when ``n`` is above the burst: such a request could never pass."""
         if n > self.burst:
             raise ValidationError(
                 f"a batch of {n} {self.what} is above the per-user burst of {self.burst:g} "
-                f"(c.GpuQueueApp.{self.setting}); send at most {self.burst:g} per request", "items")
+                f"(c.GpuQueueApp.{self.setting}); send at most {self.burst:g} per request", field)
         now = self.clock()
         tokens, at = self._buckets.get(key, (self.burst, now))
         tokens = min(self.burst, tokens + (now - at) * self.refill_per_second)
@@ -101,6 +104,17 @@ class TokenBucketLimiter:
         self._buckets[key] = (tokens - n, now)
         if len(self._buckets) > 4096:
             self._prune(now)
+
+    def give_back(self, key: str, n: int = 1) -> None:
+        """Return ``n`` tokens taken by :meth:`take` for a request that queued fewer workloads than
+        it reserved (refused: none; a manifest whose documents were not all workloads: the rest).
+        The bucket never holds more than its burst."""
+        if n <= 0 or key not in self._buckets:
+            return
+        now = self.clock()
+        tokens, at = self._buckets[key]
+        tokens = min(self.burst, tokens + (now - at) * self.refill_per_second + n)
+        self._buckets[key] = (tokens, now)
 
     def _prune(self, now: float) -> None:
         """Forget buckets that have refilled completely (they equal a new one)."""
