@@ -10,7 +10,11 @@ The cell's code is written to ``.gpuqueue/cells/<name>.py`` under the kernel's w
 and submitted as ``[sys.executable, that file]`` with the kernel's working directory (so it runs in
 the kernel's Python environment). The cell must be plain Python (no magics or ``!`` commands).
 The magic returns a :class:`~jupyter_gpuqueue.widget.GpuJob` (also stored as ``_gpujob``) whose
-widget shows state, position, cost and output live; ``_gpujob.wait()`` blocks until it finishes.
+widget shows state, position, the estimated start while it waits ("starts in ~12 min (5–30 min)",
+what it waits for, a faster flavor when there is one), cost and output live;
+``_gpujob.estimated_start`` is that estimate as a timezone-aware datetime (None once it started, or
+when there is none: ``_gpujob.estimate_reason`` says why), with ``estimated_start_range`` and
+``waiting_for``; ``_gpujob.wait()`` blocks until it finishes.
 Options: ``--gpus N | --mig PROFILE``, ``--flavor``, ``--priority``, ``--max-runtime``,
 ``--queue ns/lq``, ``--name``, ``--env KEY=VALUE``, ``--wait`` (block until finished),
 ``--no-widget``.
