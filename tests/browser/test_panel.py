@@ -172,6 +172,17 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                 await expect(row.locator(".jp-gpuqueue-reason")).to_have_text(
                     re.compile(r"^waiting: (?!Pending\b)\w+ — .+")
                 )
+                # when it should start: team-b's blocker declared 15 min and there is no history
+                await expect(row.locator(".jp-gpuqueue-eta-start")).to_have_text(
+                    re.compile(r"^starts\sin\s~1[45]\smin"), timeout=20000
+                )
+                # (another team's workload: named to an admin in the REST list, by its team in
+                # the event stream's copies; either way the user reads what holds the H100s)
+                await expect(row.locator(".jp-gpuqueue-eta-waiting li").first).to_have_text(
+                    re.compile(
+                        rf"^waiting for 4 × nvidia-h100 from (your {blocker_key}|a team-b workload) \(ends ~"
+                    )
+                )
                 pending = await api(jp_fetch, "workloads", *key.split("/"))
                 assert pending["state"] == "Pending"
                 assert pending["positionInLocalQueue"] == 0
