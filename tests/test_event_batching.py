@@ -204,3 +204,30 @@ def test_a_shared_frame_is_the_frame_tornado_writes(size):
     proto._write_frame(True, 0x1, text.encode("utf-8"))  # what write_message does once encoded
     assert text_frame(text) == written[0]
 
+
+
+async def test_admins_hear_the_names_other_teams_do_not(jp_fetch, jp_ws_fetch, started, gpuqueue_service):
+    """A workload event that hides another team's names (here: who preempted it) goes out
+    anonymised to members and revealed to admins, as GET answers each of them (Views.reveal)."""
+    wl = await ok(jp_fetch, "workloads", method="POST", expect=201,
+                  body=command_job("import time; time.sleep(30)"))
+    member, admin = await connect(jp_ws_fetch), await connect(jp_ws_fetch)
+    clients = list(broadcaster(started).clients)
+    assert len(clients) == 2 and all(c.gpuqueue_admin for c in clients)  # the server's owner holds every scope
+    clients[0].gpuqueue_admin = False  # the first connected stands for a team member without the admin scope
+    try:
+        rec = gpuqueue_service.record(wl["namespace"], wl["name"])
+        rec["spec"] = {**rec["spec"], "preemptions": [
+            {"at": time.time(), "by": "other-team/urgent", "reason": "InCohortReclamation", "lostCostUsd": 0.5}]}
+        gpuqueue_service.events.emit_workload(rec["uid"])
+        for ws, expect in ((member, None), (admin, "other-team/urgent")):
+            event = None
+            while event is None:
+                event = next((e for e in unpack(await read(ws)) if e["type"] == "workload"
+                              and e["workload"]["name"] == wl["name"] and e["workload"].get("preemptions")), None)
+            last = event["workload"]["preemptions"]["last"]
+            assert last["by"] == expect and last["byNamespace"] == "other-team"
+    finally:
+        member.close()
+        admin.close()
+        await ok(jp_fetch, "workloads", wl["namespace"], wl["name"], method="DELETE")

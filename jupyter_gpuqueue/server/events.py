@@ -45,7 +45,7 @@ from tornado import ioloop, iostream, web, websocket
 
 from ..errors import GpuQueueError
 from .handlers import API_PREFIX, AUTH_RESOURCE, SERVICE_KEY, resolve_user, service_or_error
-from .scopes import SUBMIT_SCOPE, require_scope
+from .scopes import ADMIN_SCOPE, SUBMIT_SCOPE, has_scope, require_scope
 
 PING_INTERVAL_KEY = "gpuqueue_event_ping_interval"
 DEFAULT_PING_INTERVAL = 30.0  # seconds
@@ -115,22 +115,51 @@ class EventBroadcaster:
         except RuntimeError:
             pass
         events, self._events = self._events, []
-        parts = []
+        parts, admin_parts = [], []
+        admins = any(getattr(c, "gpuqueue_admin", False) for c in self.clients)
         for event in events:
             try:
-                parts.append(json.dumps(event))
+                text = json.dumps(event)
+                parts.append(text)
+                if admins:  # admins see the names other teams' clients do not (Views.reveal)
+                    revealed = _revealed(self.service, event)
+                    admin_parts.append(text if revealed is None else json.dumps(revealed))
             except (TypeError, ValueError):
                 self.log.exception("gpuqueue: dropping an event that is not JSON: %r", event)
         if not parts:
             return
-        batch = parts[0] if len(parts) == 1 else '{"type": "batch", "events": [' + ", ".join(parts) + "]}"
+
+        def batch_of(ps: list[str]) -> str:
+            return ps[0] if len(ps) == 1 else '{"type": "batch", "events": [' + ", ".join(ps) + "]}"
+
+        batch = batch_of(parts)
+        admin_batch = batch_of(admin_parts) if admins and admin_parts != parts else batch
+        if admin_batch is batch:
+            admin_parts = parts
         frames: dict[str, bytes] = {}  # text -> its frame, made for the first client that needs it
         for client in list(self.clients):
-            for text in ((batch,) if client.batches else parts):
+            admin = admins and getattr(client, "gpuqueue_admin", False)
+            for text in (((admin_batch if admin else batch),) if client.batches else (admin_parts if admin else parts)):
                 frame = frames.get(text)
                 if frame is None:
                     frame = frames[text] = text_frame(text)
                 client._write_frame(frame)
+
+
+def _revealed(service: Any, event: dict) -> Optional[dict]:
+    """``event`` as an admin sees it, or None when it hides nothing: a workload event whose
+    waitingFor or preemptions hide another team's names (service/views.py, ``reveal``)."""
+    if event.get("type") != "workload":
+        return None
+    wl = event.get("workload") or {}
+    hidden = any(w.get("name") is None for w in wl.get("waitingFor") or ()) or any(
+        p.get("by") is None and p.get("byNamespace") for p in (wl.get("preemptions") or {}).get("history") or ())
+    if not hidden:
+        return None
+    try:
+        return {**event, "workload": service.views.reveal(wl)}
+    except Exception:  # pragma: no cover - the anonymised view is still right
+        return None
 
 
 def text_frame(text: str) -> bytes:
@@ -186,6 +215,7 @@ class EventsHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
         if max_buffer > 0 and self.ws_connection is not None:
             self.ws_connection.stream.max_write_buffer_size = max_buffer  # write() raises beyond
         self.gpuqueue_user = resolve_user(self)
+        self.gpuqueue_admin = has_scope(self, ADMIN_SCOPE)  # sees other teams' names (Views.reveal)
         self.batches = self.get_argument("batch", "0").lower() in ("1", "true", "yes")
         self._send({"type": "hello", "user": self.gpuqueue_user})
         service = self.settings.get(SERVICE_KEY)

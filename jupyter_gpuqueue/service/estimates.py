@@ -26,7 +26,8 @@ run times), computed here:
   (the first second of the next UTC month) when it is held; ``BudgetExceeded`` otherwise.
 - **Deadlines.** A running workload being preempted ends by its eviction deadline; a notebook
   lease by its maximum run time.
-- **Faster options.** Every ``faster_options_interval`` seconds (10 s), for up to
+- **Faster options.** Every ``faster_options_interval`` seconds (10 s), and at once when new
+  workloads wait, for up to
   ``faster_options_limit`` pending workloads (highest priority, then oldest, first) whose
   estimated wait is over ``faster_options_min_wait`` seconds: the same request pinned to another
   flavor of its ClusterQueue, with another MIG profile, or with fewer GPUs, each estimated by its
@@ -144,6 +145,7 @@ class Estimates:
         self._sent: dict[str, Estimate] = {}  # key -> the estimate the last workload event carried
         self._sent_faster: dict[str, bool] = {}
         self._last_faster = -math.inf  # monotonic time of the last round of faster options
+        self._faster_seen: set[str] = set()  # pending keys at the last round of faster options
         self.computed_at: Optional[float] = None
         self._published_version = -1
         self._version = 0
@@ -282,9 +284,13 @@ class Estimates:
                 deadlines[key] = float(deadline)
         pending = [k for k in snap.workloads if k not in snap.admitted]
         variants = None  # None: keep the faster options found before
-        if self.faster_options_limit and time.monotonic() - self._last_faster >= self.faster_options_interval:
+        seen = self._faster_seen
+        due = self.faster_options_limit and (time.monotonic() - self._last_faster >= self.faster_options_interval
+                                             or any(k not in seen for k in pending))
+        if due:  # every faster_options_interval, and at once when new workloads wait
             self._last_faster = time.monotonic()
             variants = self._variants(snap, pending)
+            self._faster_seen = set(pending)
         return {"version": self._version, "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
                 "variants": variants}
 
