@@ -67,7 +67,11 @@ def build_cell_parser() -> cli.ArgumentParser:
 
 
 def _usage_error(e: BaseException) -> UsageError:
-    return UsageError(str(e))
+    """The error as the CLI prints it: a SubmitRequest field is named by the flag the user typed
+    (``--max-runtime: …``, not ``maxRuntimeSeconds: …``; cli/jobs.py ``error_text``)."""
+    from .cli.jobs import error_text
+
+    return UsageError(error_text(e) if isinstance(e, GpuQueueError) else str(e))
 
 
 @magics_class

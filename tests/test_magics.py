@@ -99,7 +99,7 @@ async def test_gpujob_cell_trains_digits_and_bad_input_shows_the_field(gpuqueue_
     nb = await run_notebook(cells, work, gpuqueue_env)
     out = [text_of(c) for c in nb.cells]
 
-    assert "flavor" in out[1] and "nvidia-nonexistent" in out[1], out[1]
+    assert "--flavor" in out[1] and "nvidia-nonexistent" in out[1], out[1]  # the flag typed, not the API field
     assert "never runs" not in out[1]
     assert "--gpus" in out[2] and "positive" in out[2], out[2]
 
