@@ -13,6 +13,14 @@ grace period is over. When a run this backend started ends, whatever is left in 
 (processes the job started in the background) is killed, so that no GPU stays in use after its
 quota is released.
 
+Jobs as their owner (``accounts``, the hub service's ``run_jobs_as_owner``; docs/security.md): the
+wrapper is started with the owner's uid, gid, supplementary groups and umask and a fresh
+environment (accounts.py), and enters the working directory itself, as the owner. The service,
+which must then run as root, keeps every file it reads in its own folder: it creates the log file
+(owned by the job's owner, mode 0600) and the exit file (its own, 0600) there and hands both to the
+wrapper already open, so that a job can neither replace them (e.g. by a link to a file only root may
+read, which the service would then serve as the job's log) nor write anything else of the service.
+
 Not thread-safe: one thread (the service's event loop) calls it. Linux: pid reuse is detected with
 the start time in ``/proc/<pid>/stat``; where /proc is absent only the pid is checked.
 """
@@ -26,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -33,6 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from ..errors import Conflict, ValidationError
+from .accounts import Account, Accounts, require_root
 from .base import FAILED, SUCCEEDED, LaunchSpec, RunInfo, RunStatus
 
 log = logging.getLogger(__name__)
@@ -91,11 +101,20 @@ def read_exit_file(path: str) -> Optional[dict]:
     """The runner's exit record ``{"exitCode": int, "signal": int | None, "finishedAt": float}``,
     or None when the file is missing or unreadable (a bare integer is accepted too)."""
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            text = f.read().strip()
-        mtime = os.path.getmtime(path)
+        # No link, FIFO or device (a job might leave one where it could write): never block on it.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        text = os.read(fd, 65536).decode("utf-8", "replace").strip()
+        mtime = st.st_mtime
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     try:
         data = json.loads(text)
     except ValueError:
@@ -105,9 +124,60 @@ def read_exit_file(path: str) -> Optional[dict]:
     if not isinstance(data, dict) or not isinstance(data.get("exitCode"), int):
         return None
     data.setdefault("signal", None)
+    if not isinstance(data.get("error"), str):
+        data.pop("error", None)
     if not isinstance(data.get("finishedAt"), (int, float)):
         data["finishedAt"] = mtime
     return data
+
+
+def _with_job_env(env: dict, extra: Optional[dict]) -> dict:
+    """``env`` updated with the job's ``extra`` variables (ValidationError naming ``env`` for a
+    name or value that is not a string, or a name with '=' or NUL)."""
+    for k, v in (extra or {}).items():
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+            raise ValidationError(f"invalid environment variable name {k!r}", field="env")
+        if not isinstance(v, str) or "\0" in v:
+            raise ValidationError(f"value of {k} must be a string without NUL characters", field="env")
+        env[k] = v
+    return env
+
+
+def _usable_by_everyone(path: str) -> bool:
+    """Whether any account may run ``path``: every folder on the way (links followed) searchable
+    and the file executable and readable by others."""
+    real = os.path.realpath(path)
+    try:
+        if (os.stat(real).st_mode & 0o005) != 0o005:
+            return False
+        for link in (os.path.abspath(path), real):
+            d = os.path.dirname(link)
+            while True:
+                if not os.stat(d).st_mode & 0o001:
+                    return False
+                if d == os.path.dirname(d):
+                    break
+                d = os.path.dirname(d)
+    except OSError:
+        return False
+    return True
+
+
+def _python_for_everyone(python: str) -> str:
+    """``python`` if every account can run it, else the first python3 in /usr/local/bin, /usr/bin,
+    /bin that every account can run (the wrapper needs the standard library only, Python ≥ 3.8)."""
+    if _usable_by_everyone(python):
+        return python
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        cand = os.path.join(d, "python3")
+        if os.path.isfile(cand) and _usable_by_everyone(cand):
+            log.info("jobs run as their owners: the job wrapper runs under %s (%s is not usable by every account)",
+                     cand, python)
+            return cand
+    raise ValidationError(
+        f"{python} cannot be run by every account (a folder on its way or the file itself is closed to others), "
+        "and no python3 in /usr/local/bin, /usr/bin or /bin can: jobs run as their owners need one for their "
+        "wrapper", field="python_executable")
 
 
 @dataclass
@@ -132,11 +202,21 @@ class LocalBackend:
     standard library). ``state_dir``: where exit files go (``<state_dir>/<uid>.exit``); by default
     next to the log (``<log_path>.exit``). Raises ValidationError(field="python_executable") if that
     Python is not an executable file.
+
+    ``accounts``: run each job as its owner (``spec.workload["owner"]``) mapped to an OS account
+    (accounts.py); needs root (ValidationError(field="run_jobs_as_owner") otherwise). The wrapper's
+    Python must then be one every account can run: ``python_executable`` if it is, else the first
+    such ``python3`` in /usr/local/bin, /usr/bin, /bin (ValidationError if none).
     """
 
-    def __init__(self, python_executable: str = sys.executable, state_dir: Optional[str] = None):
+    def __init__(self, python_executable: str = sys.executable, state_dir: Optional[str] = None,
+                 accounts: Optional[Accounts] = None):
         if not python_executable or not os.path.isfile(python_executable) or not os.access(python_executable, os.X_OK):
             raise ValidationError(f"{python_executable!r} is not an executable file", field="python_executable")
+        self.accounts = accounts
+        if accounts is not None:
+            require_root()
+            python_executable = _python_for_everyone(python_executable)
         self.python_executable = python_executable
         self.state_dir = os.path.abspath(state_dir) if state_dir else None
         if self.state_dir:
@@ -222,8 +302,15 @@ class LocalBackend:
             return os.path.join(self.state_dir, f"{safe}.exit")
         return log_path + ".exit"
 
+    def owner_account(self, user: str) -> Optional[Account]:
+        """With ``accounts``: the OS account ``user``'s jobs run as (Forbidden naming the user and the
+        account looked for when there is none, accounts.py); None when jobs run as the service."""
+        return self.accounts.lookup(user) if self.accounts is not None else None
+
     def start(self, spec: LaunchSpec) -> RunInfo:
         """Start ``spec.argv`` in ``spec.cwd`` with ``os.environ`` + ``spec.env``; returns its RunInfo.
+        With ``accounts``: as the owner's account with its environment + ``spec.env`` (see
+        :meth:`_start_as_owner`).
 
         Raises ValidationError naming ``command`` (empty, not a list of strings, argv[0] not found on
         PATH / relative to cwd, or not executable), ``workingDir`` (not a folder), ``env`` (a name or
@@ -242,16 +329,12 @@ class LocalBackend:
                 raise ValidationError(f"argument {i} must be a string without NUL characters", field="command")
         if not argv[0]:
             raise ValidationError("the executable (first argument) is empty", field="command")
+        if self.accounts is not None:
+            return self._start_as_owner(spec)
         if not isinstance(spec.cwd, str) or not os.path.isdir(spec.cwd):
             raise ValidationError(f"working directory {spec.cwd!r} does not exist", field="workingDir")
         cwd = os.path.abspath(spec.cwd)
-        env = dict(os.environ)
-        for k, v in (spec.env or {}).items():
-            if not isinstance(k, str) or not k or "=" in k or "\0" in k:
-                raise ValidationError(f"invalid environment variable name {k!r}", field="env")
-            if not isinstance(v, str) or "\0" in v:
-                raise ValidationError(f"value of {k} must be a string without NUL characters", field="env")
-            env[k] = v
+        env = _with_job_env(dict(os.environ), spec.env)
         exe = self._resolve(argv[0], cwd, env.get("PATH", os.defpath))
         if not spec.log_path:
             raise ValidationError("a log file path is required", field="logPath")
@@ -288,6 +371,61 @@ class LocalBackend:
         self._runs[spec.uid] = _Run(spec.uid, info, popen)
         self._watch(self._runs[spec.uid])
         log.debug("started %s (%s) pid %d: %s", spec.key, spec.uid, popen.pid, argv)
+        return info
+
+    def _start_as_owner(self, spec: LaunchSpec) -> RunInfo:
+        """Start the wrapper as the job's owner: uid, gid, supplementary groups, umask and a fresh
+        environment of the account (accounts.py) + ``spec.env``; the wrapper enters ``spec.cwd``
+        and looks ``argv[0]`` up on the account's PATH itself, as the owner, and reports failures
+        as the job's (exit code 126 / 127 with the reason). The log file is created here (owned
+        by the account, 0600) and the exit file too (the service's, 0600), both in the service's
+        folder, and given to the wrapper already open."""
+        owner = (spec.workload or {}).get("owner")
+        account = self.accounts.lookup(owner)  # type: ignore[union-attr]
+        if not isinstance(spec.cwd, str) or not os.path.isabs(spec.cwd) or "\0" in spec.cwd:
+            raise ValidationError(f"working directory {spec.cwd!r} must be an absolute path", field="workingDir")
+        env = _with_job_env(account.environ(), spec.env)
+        if not spec.log_path:
+            raise ValidationError("a log file path is required", field="logPath")
+        log_path = os.path.abspath(spec.log_path)
+        os.makedirs(os.path.dirname(log_path), mode=0o700, exist_ok=True)
+        exit_path = self._exit_path(spec, log_path)
+        flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_CREAT
+        log_fd = os.open(log_path, flags | os.O_WRONLY | os.O_APPEND, 0o600)
+        try:
+            exit_fd = os.open(exit_path, flags | os.O_RDWR | os.O_TRUNC, 0o600)
+        except OSError:
+            os.close(log_fd)
+            raise
+        try:
+            for fd, what in ((log_fd, log_path), (exit_fd, exit_path)):
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ValidationError(f"{what} is not a regular file", field="logPath")
+            os.fchown(log_fd, account.uid, account.gid)
+            os.fchmod(log_fd, 0o600)
+            os.fchmod(exit_fd, 0o600)
+            cmd = [self.python_executable, "-I", "-S", RUNNER, "--exit-file", exit_path, "--exit-fd", str(exit_fd),
+                   "--chdir", spec.cwd, "--", *spec.argv]
+            started_at = time.time()
+            try:
+                popen = subprocess.Popen(
+                    cmd, env=env, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, pass_fds=(exit_fd,),
+                    user=account.uid, group=account.gid, extra_groups=list(account.groups), umask=account.umask,
+                )
+            except PermissionError as e:
+                raise ValidationError(
+                    f"the job wrapper {self.python_executable} cannot be started as {account.name}: {e}",
+                    field="python_executable") from None
+        finally:
+            os.close(log_fd)
+            os.close(exit_fd)
+        info = RunInfo(pid=popen.pid, pgid=popen.pid, start_ticks=process_start_ticks(popen.pid), log_path=log_path,
+                       exit_path=exit_path, started_at=started_at)
+        self._runs[spec.uid] = _Run(spec.uid, info, popen)
+        self._watch(self._runs[spec.uid])
+        log.debug("started %s (%s) pid %d as %s (uid %d): %s", spec.key, spec.uid, popen.pid, account.name,
+                  account.uid, spec.argv)
         return info
 
     # ------------------------------------------------------------------ liveness
@@ -333,10 +471,16 @@ class LocalBackend:
 
     def _note(self, run: _Run, text: str) -> None:
         try:
-            with open(run.info.log_path, "a", encoding="utf-8") as f:
-                f.write(f"\n[gpuqueue] {text}\n")
+            fd = os.open(run.info.log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, f"\n[gpuqueue] {text}\n".encode("utf-8", "replace"))
         except OSError:
             pass
+        finally:
+            os.close(fd)
 
     # ------------------------------------------------------------------ stop / poll
 
@@ -445,7 +589,7 @@ class LocalBackend:
                 return RunStatus(run.uid, FAILED, code, finished_at, f"{run.stop_reason}; {how}")
             if code == 0:
                 return RunStatus(run.uid, SUCCEEDED, 0, finished_at, "exited with code 0")
-            return RunStatus(run.uid, FAILED, code, finished_at, _describe_code(code, sig))
+            return RunStatus(run.uid, FAILED, code, finished_at, rec.get("error") or _describe_code(code, sig))
         # No exit record: the wrapper itself died (SIGKILL, OOM killer) or could not start.
         finished_at = time.time()
         if wrapper_code is not None and wrapper_code < 0:
@@ -493,7 +637,7 @@ class LocalBackend:
         if rec is not None:
             code, sig = rec["exitCode"], rec["signal"]
             state = SUCCEEDED if code == 0 else FAILED
-            return RunStatus(uid, state, code, float(rec["finishedAt"]), _describe_code(code, sig))
+            return RunStatus(uid, state, code, float(rec["finishedAt"]), rec.get("error") or _describe_code(code, sig))
         try:
             finished_at = max(info.started_at, os.path.getmtime(info.log_path))
         except OSError:
@@ -512,6 +656,7 @@ class LocalBackend:
         started (start it now). Without /proc only the exit file is looked at."""
         log_path = os.path.abspath(log_path)
         exit_path = self._exit_path(LaunchSpec(uid=uid, key="", argv=[], cwd="", log_path=log_path), log_path)
+        # The exit file's element is followed by "--" (or, for a job run as its owner, "--exit-fd").
         needle = b"\0".join([os.fsencode(RUNNER), b"--exit-file", os.fsencode(exit_path), b"--"])
         entries = os.scandir("/proc") if os.path.isdir("/proc") else []
         for entry in entries:

@@ -385,6 +385,32 @@ class GpuQueueApp(ExtensionApp):
         (and with both empty every user may use every LocalQueue).""",
     ).tag(config=True)
 
+    # -- jobs as their owners (issue 16; docs/security.md) ----------------------------------------
+
+    run_jobs_as_owner = Bool(
+        None,
+        allow_none=True,
+        help="""Run each local job as its owner's OS account (uid, gid, groups, umask, a fresh
+        environment; the working directory checked as that user; logs 0600). Needs the service to
+        run as root: asked for without root, the service refuses to start. None (default): on in
+        hub-service mode with the local backend when running as root, off otherwise (standalone
+        servers run jobs as the server's user).""",
+    ).tag(config=True)
+
+    os_account_template = Unicode(
+        "{username}",
+        help="""The OS account of a hub user: a template with {username} (or {USERNAME}), or a
+        preset: "tljh" (The Littlest JupyterHub's jupyter-<user>, long names shortened as TLJH
+        does), "systemd" (SystemdSpawner's default username_template, the hub user name).""",
+    ).tag(config=True)
+
+    os_account_map = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        help="""Hub user → OS account name, overriding os_account_template (may name an account
+        below UID_MIN; never root). A hub user whose account does not exist cannot submit jobs.""",
+    ).tag(config=True)
+
     # -- costs (issue 6: budgets, spot flavors, utilization, metrics; docs/rest-api.md "Costs") ----
 
     budgets = Dict(
@@ -547,9 +573,11 @@ class GpuQueueApp(ExtensionApp):
     def _create_service(self):
         from ..service import create_service
 
-        os.makedirs(self.state_dir, exist_ok=True)
+        owner_accounts = self._owner_accounts()
+        os.makedirs(self.state_dir, mode=0o700 if owner_accounts else 0o777, exist_ok=True)
         root_dir = getattr(self.serverapp, "root_dir", None) or os.getcwd()
         return create_service(
+            owner_accounts=owner_accounts,
             config_paths=self._resolved_config_paths(),
             inventory_path=self.inventory_file or os.environ.get(ENV_INVENTORY) or None,
             db_url=self.db_url or os.environ.get(ENV_DB_URL) or None,
@@ -576,6 +604,19 @@ class GpuQueueApp(ExtensionApp):
                         "start_concurrency": self.kube_start_concurrency},
             logger=self.log,
         )
+
+    def _owner_accounts(self):
+        """The Accounts mapping when jobs run as their owners (run_jobs_as_owner), else None."""
+        from ..backends.accounts import Accounts
+
+        on = self.run_jobs_as_owner
+        if on is None:
+            on = self._resolve_mode() == "hub-service" and self.backend == "local" and os.geteuid() == 0
+        if not on:
+            return None
+        self.log.info("jupyter_gpuqueue: jobs run as their owners' OS accounts (os_account_template %r)",
+                      self.os_account_template)
+        return Accounts(self.os_account_template, dict(self.os_account_map))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Start the service once the server's event loop runs (restore, adopt, loop)."""

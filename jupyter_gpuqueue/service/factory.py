@@ -39,6 +39,7 @@ def create_service(
     backend: str = "local",
     kubernetes: Optional[dict] = None,
     upgrade_db: bool = False,
+    owner_accounts=None,
 ) -> QueueService:
     """Build a QueueService with the local backend, or with ``backend`` "kubernetes" / "kueue" a
     cluster one (``kubernetes``: its options, see ``backends/k8s_factory.py``; the inventory then
@@ -48,8 +49,10 @@ def create_service(
     ``config_paths`` None: with discovered GPUs, one team owning exactly them
     (``inventory.default_config``); else the demo cluster (``jupyter_gpuqueue/demo/cluster.yaml``). ``db_url`` None:
     ``sqlite:///{data_dir}/gpuqueue.sqlite``. ``upgrade_db``: upgrade a ledger of an older schema
-    (``ledger/schema.py``). Raises ValidationError for an invalid configuration, LedgerSchemaError
-    for a ledger of another schema revision."""
+    (``ledger/schema.py``). ``owner_accounts``: an ``Accounts`` (backends/accounts.py) to run local
+    jobs as their owners' OS accounts (needs root; ``data_dir`` is then made the service's own,
+    0700). Raises ValidationError for an invalid configuration, LedgerSchemaError for a ledger of
+    another schema revision."""
     from ..backends.lease import LeaseBackend
     from ..backends.local import LocalBackend
     from ..inventory import load_inventory
@@ -80,6 +83,14 @@ def create_service(
         except ManifestError as exc:
             raise ValidationError(str(exc), "config_files") from None
         config.merge(m.config)
+    if owner_accounts is not None:
+        if cluster is not None:
+            raise ValidationError(f"only the local backend runs jobs on this machine (backend is {backend!r})",
+                                  "run_jobs_as_owner")
+        from ..backends.accounts import require_root, secure_state_dir
+
+        require_root()
+        secure_state_dir(data_dir)  # ledger, logs, exit records: no job may read or write them
     os.makedirs(data_dir, exist_ok=True)
     ledger = Ledger(db_url or f"sqlite:///{os.path.join(os.path.abspath(data_dir), 'gpuqueue.sqlite')}",
                     upgrade=upgrade_db, logger=logger)
@@ -99,7 +110,7 @@ def create_service(
         config=config,
         inventory=inventory,
         ledger=ledger,
-        backend=LeaseBackend(cluster.backend(config) if cluster is not None else LocalBackend()),
+        backend=LeaseBackend(cluster.backend(config) if cluster is not None else LocalBackend(accounts=owner_accounts)),
         prices=price_obj,
         root_dir=root_dir,
         data_dir=data_dir,

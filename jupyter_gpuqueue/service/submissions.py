@@ -105,6 +105,8 @@ class Submissions:
                 f"a {LEASE_KIND} needs the queue's own admission (backend 'local' or 'kubernetes'); with "
                 "backend 'kueue', Kueue admits notebook pods itself: label them with kueue.x-k8s.io/queue-name "
                 "(Kueue's pod integration) instead of queueing them here", "kind")
+        if kind != LEASE_KIND:
+            self.check_owner_account(user)
         pc_request = request.get("priorityClass")
         if kind == LEASE_KIND and pc_request in (None, ""):
             pc_request = self.lease_priority_class
@@ -145,6 +147,13 @@ class Submissions:
         if accept_spot:
             spec["acceptSpot"] = True
         return spec, wl
+
+    def check_owner_account(self, user: str) -> None:
+        """Where jobs run as their owners' OS accounts (backends/accounts.py): Forbidden naming the
+        user and the account looked for when ``user`` has none, before anything is queued."""
+        lookup = getattr(self.backend, "owner_account", None)
+        if lookup is not None:
+            lookup(user)
 
     def submit(self, request: dict, *, user: str) -> dict:
         """Validate a SubmitRequest, persist it, queue it; returns the Workload view (docs/rest-api.md).
@@ -225,6 +234,7 @@ class Submissions:
             self.checks.check_max_quota(wl, self.conf.config.local_queues[lq_key].cluster_queue, "spec.template.spec.containers")
             wl.maximum_execution_time_seconds = wl.maximum_execution_time_seconds or DEFAULT_MAX_RUNTIME
             return manifest_spec(doc, wl), wl
+        self.check_owner_account(user)
         pods = sum(ps.count for ps in wl.pod_sets)
         if pods != 1:
             raise ValidationError(
