@@ -72,11 +72,12 @@ function PriorityRow(props: {
             }}
           />
         </label>
-        <label className="jp-gpuqueue-field">
+        <label className="jp-gpuqueue-field jp-gpuqueue-admin-description-field">
           <span>Description</span>
-          <input
-            className={`jp-mod-styled ${error?.field === 'description' ? 'jp-mod-invalid' : ''}`}
+          <textarea
+            className={`jp-mod-styled jp-gpuqueue-admin-description ${error?.field === 'description' ? 'jp-mod-invalid' : ''}`}
             data-admin-field="description"
+            rows={2}
             value={description}
             onChange={e => {
               setDescription(e.target.value);
@@ -185,38 +186,42 @@ export function PricesEditor(props: {
       <table className="jp-gpuqueue-admin-table">
         <thead>
           <tr>
-            <th>ResourceFlavor</th>
+            <th>ResourceFlavor · now</th>
             <th>USD / GPU-hour</th>
-            <th>now</th>
           </tr>
         </thead>
         <tbody>
           {prices.effective.map(e => (
             <React.Fragment key={e.flavor}>
               <tr data-price-flavor={e.flavor}>
-                <td>{e.flavor}</td>
+                <td className="jp-gpuqueue-admin-what">
+                  <span>{e.flavor}</span>
+                  <span className="jp-gpuqueue-muted">
+                    ${e.usdPerGpuHour.toFixed(2)} ({e.source})
+                  </span>
+                </td>
                 <td>
                   <input
                     className={`jp-mod-styled jp-gpuqueue-admin-input ${errors[`flavors.${e.flavor}`] ? 'jp-mod-invalid' : ''}`}
                     aria-label={`price of ${e.flavor}`}
                     value={draft[e.flavor] ?? ''}
-                    placeholder={e.source === 'base flavor' ? 'base flavor' : 'default'}
+                    placeholder={e.source === 'base flavor' ? 'base' : 'default'}
                     onChange={ev => setDraft({ ...draft, [e.flavor]: ev.target.value })}
                   />
-                </td>
-                <td className="jp-gpuqueue-muted">
-                  ${e.usdPerGpuHour.toFixed(2)} ({e.source})
                 </td>
               </tr>
               {errors[`flavors.${e.flavor}`] && (
                 <tr className="jp-gpuqueue-admin-error-row">
-                  <td colSpan={3}>{fieldError(`flavors.${e.flavor}`)}</td>
+                  <td colSpan={2}>{fieldError(`flavors.${e.flavor}`)}</td>
                 </tr>
               )}
             </React.Fragment>
           ))}
           <tr>
-            <td>other flavors</td>
+            <td className="jp-gpuqueue-admin-what">
+              <span>other flavors</span>
+              <span className="jp-gpuqueue-muted">default</span>
+            </td>
             <td>
               <input
                 className={`jp-mod-styled jp-gpuqueue-admin-input ${errors.default ? 'jp-mod-invalid' : ''}`}
@@ -225,7 +230,6 @@ export function PricesEditor(props: {
                 onChange={ev => setFallback(ev.target.value)}
               />
             </td>
-            <td className="jp-gpuqueue-muted">default</td>
           </tr>
         </tbody>
       </table>

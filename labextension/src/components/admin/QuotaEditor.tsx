@@ -19,6 +19,12 @@ const PLACEHOLDER: Record<QuotaField, string> = {
   lendingLimit: 'all'
 };
 
+const LABEL: Record<QuotaField, string> = {
+  nominalQuota: 'Nominal',
+  borrowingLimit: 'Borrow',
+  lendingLimit: 'Lend'
+};
+
 type Draft = Record<string, Record<QuotaField, string>>;
 
 function draftOf(cq: IAdminClusterQueue): Draft {
@@ -265,7 +271,6 @@ export function ClusterQueueEditor(props: {
       <table className="jp-gpuqueue-admin-table">
         <thead>
           <tr>
-            <th>Flavor · resource</th>
             <th title="nominalQuota">Nominal</th>
             <th title="borrowingLimit: how much more it may borrow from the cohort">Borrow</th>
             <th title="lendingLimit: how much of its unused quota it lends to the cohort">Lend</th>
@@ -276,11 +281,13 @@ export function ClusterQueueEditor(props: {
             const rowErrors = FIELDS.filter(f => shownErrors[`${r.path}.${f}`]);
             return (
               <React.Fragment key={r.path}>
-                <tr data-quota={`${r.flavor}|${r.resource}`}>
-                  <td className="jp-gpuqueue-admin-what">
-                    <span>{r.flavor}</span>
-                    <span className="jp-gpuqueue-muted">{resourceLabel(r.resource)}</span>
+                <tr className="jp-gpuqueue-admin-what-row">
+                  <td colSpan={3} className="jp-gpuqueue-admin-what">
+                    <span>{r.flavor}</span>{' '}
+                    <span className="jp-gpuqueue-muted">· {resourceLabel(r.resource)}</span>
                   </td>
+                </tr>
+                <tr data-quota={`${r.flavor}|${r.resource}`}>
                   {FIELDS.map(f => (
                     <td key={f}>
                       <input
@@ -288,7 +295,7 @@ export function ClusterQueueEditor(props: {
                           shownErrors[`${r.path}.${f}`] ? 'jp-mod-invalid' : ''
                         } ${draft[r.path]?.[f] !== original[r.path][f] ? 'jp-mod-dirty' : ''}`}
                         data-admin-field={f}
-                        aria-label={`${f} of ${r.resource} in ${r.flavor}`}
+                        aria-label={`${LABEL[f]} (${f}) of ${r.resource} in ${r.flavor}`}
                         aria-invalid={shownErrors[`${r.path}.${f}`] ? true : undefined}
                         value={draft[r.path]?.[f] ?? ''}
                         placeholder={PLACEHOLDER[f]}
@@ -304,7 +311,7 @@ export function ClusterQueueEditor(props: {
                 </tr>
                 {rowErrors.map(f => (
                   <tr key={f} className="jp-gpuqueue-admin-error-row">
-                    <td colSpan={4}>
+                    <td colSpan={3}>
                       <div
                         className="jp-gpuqueue-field-error"
                         data-field={`${r.path}.${f}`}

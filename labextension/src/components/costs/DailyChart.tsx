@@ -6,11 +6,13 @@ import * as React from 'react';
 
 import { IDailySpend, usd } from './costsApi';
 
-const WIDTH = 300;
-const HEIGHT = 110;
-const LEFT = 34;
-const BOTTOM = 16;
-const TOP = 6;
+/** Drawn at the width it is shown (one SVG unit a CSS pixel), so its labels keep their size. */
+const DEFAULT_WIDTH = 300;
+const HEIGHT = 130;
+const BOTTOM = 18;
+const TOP = 8;
+/** The labels' size in pixels: the UI's small font (--jp-ui-font-size0 is 13 px / 1.2). */
+const LABEL_PX = 11;
 const COLOURS = ['var(--jp-brand-color1)', 'var(--jp-warn-color1)', 'var(--jp-success-color1)',
   'var(--jp-error-color1)', 'var(--jp-brand-color3)', 'var(--jp-warn-color3)'];
 
@@ -32,11 +34,34 @@ function niceMax(x: number): number {
   return 10 * p;
 }
 
+/** The width of the element, followed as the sidebar is resized. */
+function useWidth(ref: React.RefObject<HTMLElement>): number {
+  const [width, setWidth] = React.useState(0);
+  React.useLayoutEffect(() => {
+    const el = ref.current;
+    if (!el) {
+      return;
+    }
+    const measure = () => setWidth(Math.floor(el.getBoundingClientRect().width));
+    measure();
+    const observer = new ResizeObserver(measure);
+    observer.observe(el);
+    return () => observer.disconnect();
+  }, [ref]);
+  return width;
+}
+
 export function DailyChart(props: { days: IDailySpend[]; month: string }): JSX.Element {
+  const ref = React.useRef<HTMLDivElement>(null);
+  const WIDTH = Math.max(160, useWidth(ref) || DEFAULT_WIDTH);
   const n = daysIn(props.month);
   const byDate = new Map(props.days.map(d => [d.date, d]));
   const teams = [...new Set(props.days.flatMap(d => Object.keys(d.byNamespace)))].sort();
   const max = niceMax(Math.max(0, ...props.days.map(d => d.costUsd)));
+  const tickLabel = (t: number) =>
+    max >= 10 ? `$${Math.round(t).toLocaleString('en-US')}` : `$${t.toFixed(t === 0 ? 0 : 2)}`;
+  // room for the longest y label ("$1,000") at about 0.6 em a character
+  const LEFT = 6 + Math.ceil(LABEL_PX * 0.62 * Math.max(...[0, max / 2, max].map(t => tickLabel(t).length)));
   const plotW = WIDTH - LEFT - 2;
   const plotH = HEIGHT - TOP - BOTTOM;
   const slot = plotW / n;
@@ -72,19 +97,20 @@ export function DailyChart(props: { days: IDailySpend[]; month: string }): JSX.E
   }
   const ticks = [0, max / 2, max];
   return (
-    <div className="jp-gpuqueue-chart">
-      <svg viewBox={`0 0 ${WIDTH} ${HEIGHT}`} role="img" aria-label={`Daily spend in ${props.month}`}>
+    <div className="jp-gpuqueue-chart" ref={ref}>
+      <svg viewBox={`0 0 ${WIDTH} ${HEIGHT}`} width={WIDTH} height={HEIGHT} role="img"
+        aria-label={`Daily spend in ${props.month}`}>
         {ticks.map(t => (
           <g key={t}>
             <line x1={LEFT} x2={WIDTH - 2} y1={y(t)} y2={y(t)} className="jp-gpuqueue-chart-grid" />
-            <text x={LEFT - 3} y={y(t) + 3} textAnchor="end" className="jp-gpuqueue-chart-label">
-              {max >= 10 ? `$${Math.round(t)}` : `$${t.toFixed(t === 0 ? 0 : 2)}`}
+            <text x={LEFT - 4} y={y(t) + 4} textAnchor="end" className="jp-gpuqueue-chart-label">
+              {tickLabel(t)}
             </text>
           </g>
         ))}
         {bars}
         {[1, 8, 15, 22, n].map(day => (
-          <text key={day} x={LEFT + (day - 0.5) * slot} y={HEIGHT - 4} textAnchor="middle"
+          <text key={day} x={LEFT + (day - 0.5) * slot} y={HEIGHT - 5} textAnchor="middle"
             className="jp-gpuqueue-chart-label">{day}</text>
         ))}
       </svg>
