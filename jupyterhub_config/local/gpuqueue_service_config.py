@@ -32,3 +32,11 @@ c.GpuQueueApp.group_local_queues = {
     "team-a": ["team-a/team-a-queue"],
     "team-b": ["team-b/team-b-queue"],
 }
+
+# Jobs as their owners' OS accounts (docs/security.md): on by default when the service runs as root.
+# The demo's users are not OS accounts (SimpleLocalProcessSpawner runs every server as the hub's own
+# user), so the demo runs jobs as the service's account unless GPUQUEUE_JOBS_AS_OWNER=1 (then every
+# hub user needs an account, named by GPUQUEUE_OS_ACCOUNT_TEMPLATE: "{username}", "tljh", "systemd").
+c.GpuQueueApp.run_jobs_as_owner = os.environ.get("GPUQUEUE_JOBS_AS_OWNER", "").lower() in ("1", "true", "yes")
+if os.environ.get("GPUQUEUE_OS_ACCOUNT_TEMPLATE"):
+    c.GpuQueueApp.os_account_template = os.environ["GPUQUEUE_OS_ACCOUNT_TEMPLATE"]

@@ -113,7 +113,8 @@ c.JupyterHub.services = [
             "GPUQUEUE_HUB_STATE": state,
             **{
                 var: os.environ[var]
-                for var in ("GPUQUEUE_CONFIG", "GPUQUEUE_INVENTORY", "GPUQUEUE_DB_URL")
+                for var in ("GPUQUEUE_CONFIG", "GPUQUEUE_INVENTORY", "GPUQUEUE_DB_URL",
+                            "GPUQUEUE_JOBS_AS_OWNER", "GPUQUEUE_OS_ACCOUNT_TEMPLATE")
                 if os.environ.get(var)
             },
         },
