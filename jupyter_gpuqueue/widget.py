@@ -206,6 +206,25 @@ def _requests(workload: dict) -> str:
     return ", ".join(parts)
 
 
+def preemption_summary(wl: dict) -> Optional[str]:
+    """``preempted 1× by team-a/high-wait (priority) · $0.32 of runs lost`` when the workload was
+    ever preempted (the server's ``preemptions.summary``), else None."""
+    p = wl.get("preemptions") or None
+    if not p or not p.get("count"):
+        return None
+    return p.get("summary") or f"preempted {p['count']}×"
+
+
+def _preemption_tooltip(wl: dict) -> str:
+    last = (wl.get("preemptions") or {}).get("last") or {}
+    text = "The runs it lost are billed; it was put back in the queue."
+    at = _epoch_to_datetime(last.get("at"))
+    if at is not None:
+        text = f"Last preempted at {at.astimezone().strftime('%H:%M:%S')}" + (
+            f" (Kueue: {last['reason']})" if last.get("reason") else "") + ". " + text
+    return text
+
+
 class GpuJobWidget:
     """An ipywidgets view of one workload. Build with a Workload dict; call :meth:`update`,
     :meth:`set_log` and :meth:`show_error` (from any thread) to refresh it.
@@ -268,6 +287,9 @@ class GpuJobWidget:
             rows.extend(self._estimate_rows(wl))
         elif state == "Failed" and wl.get("message"):
             rows.append(("Reason", f"{wl.get('reason') or ''}: {wl['message']}"))
+        preempted = preemption_summary(wl)
+        if preempted:  # issue 15 item 7: a preemption is never silent
+            rows.append(("Preempted", preempted, _preemption_tooltip(wl)))
         rows.append(("Requests", _requests(wl) or "–"))
         flavors = _flavors(wl)
         if flavors:
@@ -544,6 +566,9 @@ class GpuJob:
                 text += f" [{wl['visibleDevices']}]"
         if wl.get("exitCode") is not None:
             text += f", exit code {wl['exitCode']}"
+        preempted = preemption_summary(wl)
+        if preempted:
+            text += f", {preempted}"
         text += f", cost {_money(wl.get('costUsd'))} of est. {_money(wl.get('estimatedCostUsd'))})"
         return text
 

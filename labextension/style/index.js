@@ -1,3 +1,4 @@
 import './base.css';
 import './costs.css';
 import './estimate.css';
+import './jobpage.css';

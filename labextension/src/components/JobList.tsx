@@ -25,6 +25,8 @@ import {
   waitingForParts
 } from '../estimate';
 import { IWorkloadEntry, QueueModel } from '../model';
+import { canOpenJobPage, openJobPage } from '../jobpage/opener';
+import { preemptionsOf } from '../jobpage/types';
 
 /** The clocks of running jobs tick every second; estimated starts every 15 s. */
 const RUNNING_TICK_MS = 1000;
@@ -162,9 +164,20 @@ function JobRow(props: {
       }
     >
       <div className="jp-gpuqueue-job-head">
-        <span className="jp-gpuqueue-job-name" title={key}>
-          {w.name}
-        </span>
+        {canOpenJobPage() ? (
+          <button
+            type="button"
+            className="jp-gpuqueue-job-name jp-gpuqueue-job-open"
+            title={`${key}: open the job's page (timeline, log, cost by run)`}
+            onClick={() => openJobPage(w.namespace, w.name)}
+          >
+            {w.name}
+          </button>
+        ) : (
+          <span className="jp-gpuqueue-job-name" title={key}>
+            {w.name}
+          </span>
+        )}
         <StateBadge state={w.state} />
       </div>
       <div className="jp-gpuqueue-job-meta">
@@ -209,6 +222,8 @@ function JobRow(props: {
       {finished && (w.state === 'Failed' || w.state === 'Cancelled') && (
         <FinishedReason w={w} />
       )}
+
+      <PreemptionLine w={w} />
 
       <div className="jp-gpuqueue-job-foot">
         <span
@@ -347,6 +362,32 @@ function startsAt(startsNow: boolean, at: number, now: number): string {
   return startsNow || at * 1000 <= now
     ? 'It would start at once.'
     : `It would start at ~${clockTime(at, now)}.`;
+}
+
+/**
+ * "preempted 1× by team-a/high-wait (priority) · $0.32 of runs lost" (issue 15 item 7): shown
+ * whenever the workload was ever preempted, also after it ran again and ended.
+ */
+export function PreemptionLine(props: { w: IWorkload }): JSX.Element | null {
+  const p = preemptionsOf(props.w);
+  if (!p) {
+    return null;
+  }
+  const last = p.last;
+  const when = last?.at ? new Date(last.at * 1000).toLocaleString() : null;
+  return (
+    <div
+      className="jp-gpuqueue-preempted"
+      data-preemptions={p.count}
+      title={
+        when
+          ? `Last preempted ${when}${last.reason ? ` (Kueue: ${last.reason})` : ''}. The runs it lost are billed; it was put back in the queue.`
+          : undefined
+      }
+    >
+      {p.summary}
+    </div>
+  );
 }
 
 /** Why a job failed or was cancelled: exit code, reason, message, without repeats. */

@@ -1,0 +1,61 @@
+/**
+ * Hooks between the sidebar and the job page, without a dependency on the plugins' wiring:
+ *
+ * - `openJobPage(namespace, name)`: the job card calls it; the job page plugin registers the
+ *   function that runs `gpuqueue:open-job`.
+ * - `formPrefillRequested`: "Clone into the form" emits the SubmitRequest of a workload here; the
+ *   panel's submit form listens (SubmitForm.tsx), and the `onFormPrefill` handler registered by
+ *   the panel's plugin opens the sidebar.
+ */
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { ISubmitRequest } from '../api';
+
+export interface IJobRef {
+  namespace: string;
+  name: string;
+}
+
+let opener: ((ref: IJobRef) => void) | null = null;
+
+export function setJobPageOpener(fn: ((ref: IJobRef) => void) | null): void {
+  opener = fn;
+}
+
+export function canOpenJobPage(): boolean {
+  return opener !== null;
+}
+
+export function openJobPage(namespace: string, name: string): void {
+  opener?.({ namespace, name });
+}
+
+/** A request to fill the submit form with these fields (from "Clone into the form"). */
+export interface ICloneRequest {
+  request: ISubmitRequest;
+  /** The workload it was cloned from ("team-a/train-x"). */
+  from: string;
+  /** Increases with every request, so that the same job can be cloned twice. */
+  serial: number;
+}
+
+class CloneHub {
+  get requested(): ISignal<this, ICloneRequest> {
+    return this._requested;
+  }
+  /** The last request, for a form that mounts after it was made. */
+  get last(): ICloneRequest | null {
+    return this._last;
+  }
+  emit(request: ISubmitRequest, from: string): ICloneRequest {
+    this._last = { request, from, serial: ++this._serial };
+    this._requested.emit(this._last);
+    return this._last;
+  }
+  private _requested = new Signal<this, ICloneRequest>(this);
+  private _last: ICloneRequest | null = null;
+  private _serial = 0;
+}
+
+/** Listen with `formPrefillRequested.requested.connect((_, r) => …)`. */
+export const formPrefillRequested = new CloneHub();
