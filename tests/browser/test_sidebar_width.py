@@ -189,6 +189,10 @@ AUDIT = r"""root => {
       }
     }
     if (el.closest('svg')) {
+      const svg = el.closest('svg').getBoundingClientRect();
+      if (rects.some(r => r.left < svg.left - 1 || r.right > svg.right + 1 || r.top < svg.top - 1 || r.bottom > svg.bottom + 1)) {
+        problems.push(`clipped: chart label ${JSON.stringify(text)} is cut at the chart's edge`);
+      }
       const size = rects.length ? Math.max(...rects.map(r => r.height)) : 0;
       if (size && size < 10) problems.push(`small: chart label ${JSON.stringify(text)} is ${size.toFixed(1)} px high`);
     } else if (parseFloat(style.fontSize) < 10) {
@@ -278,8 +282,7 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
     # Idle capacity since the 1st of the month: thousands of dollars, as on a queue that has run
     # all month ("$7,681.…" was clipped).
     month_start = reports.parse_month(reports.month_of(gpuqueue_service.clock()))[0]
-    gpuqueue_service.ledger.setting_default("inventory.firstKnownAt", month_start, at=month_start)
-    gpuqueue_service._capacity_since = month_start
+    gpuqueue_service.costs._capacity_since = month_start
     spent = next(t for t in (await api(jp_fetch, "budgets"))["teams"] if t["namespace"] == "team-a")["spentUsd"]
     await api(jp_fetch, "budgets", "team-a", method="PUT",
               body={"monthlyUSD": round(spent / 0.85, 2), "warnAt": 0.8, "hard": False})
@@ -349,7 +352,8 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
                                                ("costs", ("costs",))):
                             await show_only(panel, sections)
                             if view == "costs":
-                                await expect(panel.locator(".jp-gpuqueue-idle tbody tr").first).to_be_visible()
+                                await expect(panel.locator(".jp-gpuqueue-idle")).to_contain_text(
+                                    re.compile(r"\$\d,\d{3}\.\d\d"))  # thousands of dollars idle
                                 await expect(panel.locator(".jp-gpuqueue-chart g[data-date]").first).to_be_attached()
                             problems += await audit(page, panel, f"{where}, {view}")
                             if view == "submit":

@@ -110,7 +110,8 @@ export function DailyChart(props: { days: IDailySpend[]; month: string }): JSX.E
         ))}
         {bars}
         {[1, 8, 15, 22, n].map(day => (
-          <text key={day} x={LEFT + (day - 0.5) * slot} y={HEIGHT - 5} textAnchor="middle"
+          <text key={day} x={day === n ? WIDTH - 1 : LEFT + (day - 0.5) * slot} y={HEIGHT - 5}
+            textAnchor={day === n ? 'end' : 'middle'}
             className="jp-gpuqueue-chart-label">{day}</text>
         ))}
       </svg>
