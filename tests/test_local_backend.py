@@ -252,3 +252,19 @@ def test_demo_training_example_runs_as_a_job(tmp_path):
         result = json.load(f)
     assert result["epochs"] == 3 and result["devices"] == "MIG-1111" and len(result["history"]) == 3
     assert 0.8 < result["accuracy"] <= 1.0
+
+
+def test_exit_records_are_read_without_following_links_or_blocking(tmp_path):
+    from jupyter_gpuqueue.backends.local import read_exit_file
+
+    real = tmp_path / "real.exit"
+    real.write_text('{"exitCode": 3, "signal": null, "finishedAt": 1.0, "error": "why"}')
+    assert read_exit_file(str(real)) == {"exitCode": 3, "signal": None, "finishedAt": 1.0, "error": "why"}
+    link = tmp_path / "link.exit"
+    link.symlink_to(real)
+    assert read_exit_file(str(link)) is None  # a job could point it at a file only the service may read
+    fifo = tmp_path / "fifo.exit"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    assert read_exit_file(str(fifo)) is None  # and never blocks the service
+    assert time.monotonic() - started < 5

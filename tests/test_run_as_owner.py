@@ -430,3 +430,27 @@ def test_the_state_folder_must_be_the_services_own(tmp_path):
     sticky.chmod(0o1777)
     secure_state_dir(str(sticky / "state"))
     assert stat.S_IMODE(os.stat(sticky / "state").st_mode) == 0o700
+
+
+def test_asking_for_it_without_root_is_refused_with_the_reason(accounts):
+    """Run as alice (a real non-root account): the backend refuses, naming the setting and why."""
+    import jupyter_gpuqueue
+
+    repo = str(Path(jupyter_gpuqueue.__file__).resolve().parents[1])
+    alice = accounts["pw"]["alice"]
+    probe = subprocess.run([JOBPY, "-I", "-c", f"import os; print(os.access({repo!r}, os.R_OK | os.X_OK))"],
+                           user=alice.pw_uid, group=alice.pw_gid, extra_groups=[], cwd="/",
+                           env={"PATH": DEFAULT_PATH}, capture_output=True, text=True)
+    if probe.stdout.strip() != "True":
+        pytest.skip(f"the package at {repo} is not readable by other accounts")
+    code = (f"import sys; sys.path.insert(0, {repo!r})\n"
+            "from jupyter_gpuqueue.backends.accounts import Accounts\n"
+            "from jupyter_gpuqueue.backends.local import LocalBackend\n"
+            "from jupyter_gpuqueue.errors import ValidationError\n"
+            "try:\n    LocalBackend(accounts=Accounts())\nexcept ValidationError as e:\n"
+            "    print(e.field + ' | ' + e.message)\n")
+    out = subprocess.run([JOBPY, "-I", "-c", code], user=alice.pw_uid, group=alice.pw_gid, extra_groups=[],
+                         cwd="/", env={"PATH": DEFAULT_PATH}, capture_output=True, text=True, timeout=60)
+    field, _, message = out.stdout.strip().partition(" | ")
+    assert field == "run_jobs_as_owner", (out.stdout, out.stderr)
+    assert "needs the service to run as root" in message and f"uid {alice.pw_uid}" in message

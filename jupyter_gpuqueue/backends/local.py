@@ -194,8 +194,8 @@ class _Run:
 
 
 class LocalBackend:
-    """Runs workloads as local processes (the standalone mode's backend). (Slightly over 400
-    lines: start, the pidfd wake-up, stop with its escalation and adoption after a restart act on
+    """Runs workloads as local processes (the standalone mode's backend). (About 500
+    lines: start (also as the owner), the pidfd wake-up, stop with its escalation and adoption after a restart act on
     the same runs; the wrapper process itself is ``runner.py``.)
 
     ``python_executable``: the Python that runs the wrapper (any Python ≥ 3.8; it only needs the
