@@ -20,6 +20,8 @@ import { gpuQueueIcon } from './icon';
 import { QueueModel } from './model';
 import { addStatusBarItem } from './statusbar';
 import { GpuQueuePanel, PANEL_ID } from './widget';
+import { jobPagePlugin } from './jobpage/plugin';
+import { notificationsPlugin } from './notifications';
 
 const PLUGIN_ID = 'jupyter-gpuqueue:plugin';
 
@@ -134,4 +136,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, jobPagePlugin, notificationsPlugin];

@@ -1,0 +1,151 @@
+/**
+ * Notifications when one of the user's jobs starts, succeeds, fails, is cancelled or is
+ * preempted: JupyterLab's notification center (`Notification` of @jupyterlab/apputils), with an
+ * action that opens the job's page.
+ *
+ * Only state transitions seen in the model's `workloadChanged` signal (live events and the
+ * panel's own submit/cancel answers) of the current user's workloads notify; the first load and
+ * the refetches only record what each workload's state is (a list is no transition).
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { Notification } from '@jupyterlab/apputils';
+
+import { IWorkload, workloadKey } from './api';
+import { formatUsd } from './format';
+import { findQueueModel, OPEN_JOB_COMMAND } from './jobpage/plugin';
+import { preemptionsOf } from './jobpage/types';
+import { QueueModel } from './model';
+
+interface ISeen {
+  state: string;
+  preemptions: number;
+}
+
+/** What to say about a transition from `before` to `w`, or null (nothing worth a notification). */
+export function transitionMessage(
+  before: ISeen | undefined,
+  w: IWorkload
+): { type: 'info' | 'success' | 'error' | 'warning'; text: string } | null {
+  const key = workloadKey(w);
+  const lease = w.kind === 'NotebookLease';
+  const what = lease ? 'GPU lease' : 'GPU job';
+  const p = preemptionsOf(w);
+  const count = p?.count ?? 0;
+  if (before && count > before.preemptions) {
+    return { type: 'warning', text: `${what} ${key} was ${p!.summary}` };
+  }
+  if (!before || before.state === w.state) {
+    return null;
+  }
+  switch (w.state) {
+    case 'Running':
+      return { type: 'info', text: `${what} ${key} started${flavorWords(w)}` };
+    case 'Succeeded':
+      return { type: 'success', text: `${what} ${key} finished · ${formatUsd(w.costUsd ?? 0)}` };
+    case 'Failed': {
+      const why =
+        w.exitCode != null && w.exitCode !== 0 ? `exit code ${w.exitCode}` : (w.reason ?? '');
+      return { type: 'error', text: `${what} ${key} failed${why ? ` (${why})` : ''}` };
+    }
+    case 'Cancelled':
+      return { type: 'info', text: `${what} ${key} was cancelled · ${formatUsd(w.costUsd ?? 0)}` };
+    default:
+      return null;
+  }
+}
+
+function flavorWords(w: IWorkload): string {
+  const flavors = new Set<string>();
+  for (const a of w.admission?.podSetAssignments ?? []) {
+    Object.values(a.flavors).forEach(f => flavors.add(f));
+  }
+  return flavors.size ? ` on ${[...flavors].join(', ')}` : '';
+}
+
+/** Connect the notifications to `model`; returns the function that disconnects them. */
+export function watchJobTransitions(app: JupyterFrontEnd | null, model: QueueModel): () => void {
+  const seen = new Map<string, ISeen>();
+  const record = (w: IWorkload) =>
+    seen.set(workloadKey(w), { state: w.state, preemptions: preemptionsOf(w)?.count ?? 0 });
+  for (const e of model.workloads) {
+    record(e.workload);
+  }
+  const onWorkload = (_: unknown, w: IWorkload) => {
+    const user = model.info?.user;
+    const key = workloadKey(w);
+    const before = seen.get(key);
+    record(w);
+    if (!user || w.owner !== user) {
+      return;
+    }
+    if (!before && w.state !== 'Pending') {
+      // Never seen pending (e.g. it arrived while the list was loading): its start or end is
+      // news all the same; a brand-new pending submission is not.
+      const msg = transitionMessage({ state: 'Pending', preemptions: 0 }, w);
+      if (msg) {
+        notify(app, msg, w);
+      }
+      return;
+    }
+    const msg = transitionMessage(before, w);
+    if (msg) {
+      notify(app, msg, w);
+    }
+  };
+  // A list (first load, reconnect, safety-net poll) only records states.
+  const onChanged = () => {
+    for (const e of model.workloads) {
+      record(e.workload);
+    }
+  };
+  model.workloadChanged.connect(onWorkload);
+  model.changed.connect(onChanged);
+  return () => {
+    model.workloadChanged.disconnect(onWorkload);
+    model.changed.disconnect(onChanged);
+  };
+}
+
+function notify(
+  app: JupyterFrontEnd | null,
+  msg: { type: 'info' | 'success' | 'error' | 'warning'; text: string },
+  w: IWorkload
+): void {
+  const actions =
+    app && app.commands.hasCommand(OPEN_JOB_COMMAND)
+      ? [
+          {
+            label: 'Open job',
+            caption: "Open the job's page",
+            callback: () => {
+              void app.commands.execute(OPEN_JOB_COMMAND, {
+                namespace: w.namespace,
+                name: w.name
+              });
+            }
+          }
+        ]
+      : [];
+  Notification.emit(msg.text, msg.type === 'info' ? 'info' : msg.type, {
+    autoClose: msg.type === 'error' || msg.type === 'warning' ? false : 8000,
+    actions,
+    data: { gpuqueueJob: workloadKey(w), state: w.state }
+  });
+}
+
+export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-gpuqueue:notifications',
+  description: 'Notify when one of your GPU jobs starts, finishes, fails or is preempted.',
+  autoStart: true,
+  activate: (app: JupyterFrontEnd) => {
+    void app.restored.then(() => {
+      const model = findQueueModel(app);
+      if (!model) {
+        console.warn('jupyter-gpuqueue: no GPU Queue panel, so no job notifications');
+        return;
+      }
+      watchJobTransitions(app, model);
+      model.start(); // no-op when the panel or the status bar started it
+    });
+  }
+};
