@@ -47,6 +47,24 @@ class CloneHub {
   get last(): ICloneRequest | null {
     return this._last;
   }
+  /**
+   * Listen for requests (the submit form): `fn` also gets the last request at once when one was
+   * made before it listened. Returns the function that stops listening.
+   */
+  listen(fn: (r: ICloneRequest) => void): () => void {
+    const slot = (_: unknown, r: ICloneRequest) => fn(r);
+    this._requested.connect(slot);
+    this._listeners++;
+    return () => {
+      if (this._requested.disconnect(slot)) {
+        this._listeners--;
+      }
+    };
+  }
+  /** Whether a form listens (the job page says so when none does). */
+  get listening(): boolean {
+    return this._listeners > 0;
+  }
   emit(request: ISubmitRequest, from: string): ICloneRequest {
     this._last = { request, from, serial: ++this._serial };
     this._requested.emit(this._last);
@@ -54,6 +72,7 @@ class CloneHub {
   }
   private _requested = new Signal<this, ICloneRequest>(this);
   private _last: ICloneRequest | null = null;
+  private _listeners = 0;
   private _serial = 0;
 }
 

@@ -102,7 +102,7 @@ const MIG_PREFIX = 'nvidia.com/mig-';
  * The SubmitRequest that made `w`, read back from its view: command, working dir, GPUs or MIG
  * profile, flavor, queue, priority class, max run time. The name is left out (a new one is made).
  */
-export function requestOf(w: IWorkload): ISubmitRequest {
+export function requestOf(w: IWorkload, runs: IRun[] = []): ISubmitRequest {
   const body: ISubmitRequest = {
     localQueue: `${w.namespace}/${w.localQueue}`
   };
@@ -127,6 +127,12 @@ export function requestOf(w: IWorkload): ISubmitRequest {
       flavors.add(f);
     }
   }
+  if (flavors.size === 0) {
+    // Pending again (after a preemption): the flavor of its last run ("2 × nvidia-a100").
+    for (const f of runs.length ? runs[runs.length - 1].flavors : []) {
+      flavors.add(f.replace(/^\d+\s*×\s*/, ''));
+    }
+  }
   const asked = (w as any).flavor ?? (w as any).requestedFlavor;
   if (typeof asked === 'string' && asked) {
     body.flavor = asked;
@@ -135,6 +141,9 @@ export function requestOf(w: IWorkload): ISubmitRequest {
   }
   if (w.priorityClass) {
     body.priorityClass = w.priorityClass;
+  }
+  if ((w as any).acceptSpot) {
+    (body as any).acceptSpot = true;
   }
   if (w.maxRuntimeSeconds) {
     body.maxRuntimeSeconds = w.maxRuntimeSeconds;
