@@ -10,6 +10,7 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 
 import { ApiError, GpuQueueClient, IWorkload, workloadKey } from '../api';
 import { describeRequest, formatClock, formatUsd, isFinished } from '../format';
+import { gpuQueueIcon } from '../icon';
 import { QueueModel } from '../model';
 import { PreemptionLine, StateBadge } from '../components/JobList';
 import {
@@ -522,6 +523,7 @@ export class JobPageWidget extends MainAreaWidget<ReactWidget> {
     super({ content });
     this.id = JobPageWidget.idFor(options.namespace, options.name);
     this.title.label = options.name;
+    this.title.icon = gpuQueueIcon;
     this.title.caption = `GPU job ${options.namespace}/${options.name}`;
     this.title.closable = true;
     this.addClass('jp-gpuqueue-jobpage-widget');
