@@ -8,9 +8,10 @@ run times), computed here:
 
 - **When.** After a change (:meth:`Estimates.changed`: the loop calls it when a tick scheduled,
   and on submissions, ends, preemptions, configuration and budget changes, which all wake the
-  loop), debounced: at most once every ``min_interval`` seconds (1 s), and at least every
-  ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job that has
-  outlived its history is expected to run longer).
+  loop), debounced: at most once every ``min_interval`` seconds (1 s) and so that the estimates
+  take at most ``cpu_share`` (10 %) of a core (a refresh that took 200 ms waits 2 s), and at
+  least every ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job
+  that has outlived its history is expected to run longer).
 - **Where.** The copy (:func:`..engine.snapshot.snapshot`) is taken on the event loop, which owns
   the Scheduler; the forward run happens on one worker thread (``ThreadPoolExecutor(1)``), which
   alone owns the run-time model. The result is published back on the loop; a result computed from
@@ -129,7 +130,8 @@ class Estimates:
     faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
     faster_options_seconds = 0.1  # s of worker time per round for the variants, at most
     faster_options_interval = 10.0  # s between two rounds of faster options (kept in between)
-    events_per_refresh = 200  # workload events sent per refresh at most (the rest at the next one)
+    events_per_refresh = 50  # workload events sent per refresh at most (the rest at the next one)
+    cpu_share = 0.1  # of one core, at most, for the estimates (refreshes are spaced to keep to it)
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", checks: "RequestChecks",
                  costs: "Costs", events: "EventHub", log: logging.Logger, *, delegated: bool):
@@ -156,6 +158,7 @@ class Estimates:
         self._executor: Optional[ThreadPoolExecutor] = None
         self.refreshes = 0  # completed refreshes (tests, metrics)
         self.last_duration = 0.0  # s of the last forward run(s) on the worker
+        self._prepare_seconds = 0.0  # s of the last snapshot on the event loop
 
     # -- inputs ------------------------------------------------------------------------------------
     def seed_history(self) -> int:
@@ -200,7 +203,11 @@ class Estimates:
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._running or self._timer is not None:
             return  # the refresh under way (or due) will see the change: _done reschedules when dirty
-        wait = self._last_start + self.min_interval - time.monotonic()
+        # At most cpu_share of one core: a refresh that took 200 ms waits 2 s before the next
+        # (the worker competes with the event loop for the GIL; BENCHMARKS.md, "Estimated start
+        # times in the live service").
+        gap = max(self.min_interval, (self.last_duration + self._prepare_seconds) / self.cpu_share)
+        wait = self._last_start + gap - time.monotonic()
         if wait > 0:
             self._timer = loop.call_later(wait, self._start, loop)
         else:
@@ -214,7 +221,9 @@ class Estimates:
         self._last_start = time.monotonic()
         self._version += 1
         try:
+            t0 = time.perf_counter()
             job = self._prepare()
+            self._prepare_seconds = time.perf_counter() - t0
         except Exception:  # pragma: no cover - the queue goes on without estimates
             self.log.exception("gpuqueue: could not prepare the start-time estimates")
             return
@@ -285,8 +294,9 @@ class Estimates:
         pending = [k for k in snap.workloads if k not in snap.admitted]
         variants = None  # None: keep the faster options found before
         seen = self._faster_seen
-        due = self.faster_options_limit and (time.monotonic() - self._last_faster >= self.faster_options_interval
-                                             or any(k not in seen for k in pending))
+        since = time.monotonic() - self._last_faster
+        due = self.faster_options_limit and (since >= self.faster_options_interval
+                                             or (since >= 2.0 and any(k not in seen for k in pending)))
         if due:  # every faster_options_interval, and at once when new workloads wait
             self._last_faster = time.monotonic()
             variants = self._variants(snap, pending)
