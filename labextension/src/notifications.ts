@@ -39,7 +39,10 @@ export function transitionMessage(
   }
   switch (w.state) {
     case 'Running':
-      return { type: 'info', text: `${what} ${key} started${flavorWords(w)}` };
+      return {
+        type: 'info',
+        text: `${what} ${key} started${count > 0 ? ' again' : ''}${flavorWords(w)}`
+      };
     case 'Succeeded':
       return { type: 'success', text: `${what} ${key} finished · ${formatUsd(w.costUsd ?? 0)}` };
     case 'Failed': {
