@@ -288,6 +288,26 @@ def test_the_working_directory_is_checked_as_the_owner(env):
     assert "cannot execute" in w["message"] and acc["names"]["alice"] in w["message"]
 
 
+def test_a_submission_cannot_probe_folders_closed_to_its_owner(env):
+    """The service (root) checks no path a request names: a folder of bob's that exists and one
+    that does not are answered alike (accepted), and both jobs fail as alice's, saying why."""
+    make, base, acc = env
+    svc = make()
+    bob_home = Path(acc["pw"]["bob"].pw_dir)
+    (bob_home / "exists").mkdir(mode=0o700)
+    (bob_home / "exists").chmod(0o700)
+    for name, wd in (("probe-yes", bob_home / "exists"), ("probe-no", bob_home / "missing")):
+        w = svc.submit({"name": name, "command": [JOBPY, "-c", "print(1)"], "workingDir": str(wd)}, user="alice")
+        assert w["state"] == "Pending", w
+    for name in ("probe-yes", "probe-no"):
+        wait(svc, lambda name=name: finished(svc, name))
+        w = svc.get_workload("one", name)
+        assert w["state"] == "Failed" and "cannot enter the working directory" in w["message"], w
+    # Same for a script: no "no such file" from the service.
+    w = svc.submit({"name": "probe-script", "script": str(bob_home / "missing.py")}, user="alice")
+    assert w["state"] == "Pending", w
+
+
 def test_a_hub_user_without_an_os_account_is_refused_and_nothing_is_queued(env):
     make, base, acc = env
     svc = make()

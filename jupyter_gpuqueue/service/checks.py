@@ -148,7 +148,18 @@ class RequestChecks:
                         field,
                     )
 
+    def _as_owner(self) -> bool:
+        """Jobs run as their owners' OS accounts (backends/accounts.py): the files a request
+        names are checked by the job's wrapper as the owner when it starts (a failure is the
+        job's, with the reason), never here as the service's (root) account, which would let a
+        user probe folders closed to them."""
+        return getattr(self.backend, "accounts", None) is not None
+
     def command(self, request: dict) -> tuple[list[str], str]:
+        """(argv, working folder) of a SubmitRequest's ``command`` or ``script``; ValidationError
+        naming the field. The paths are checked here unless jobs run as their owners
+        (:meth:`_as_owner`), where only their form is."""
+        owner = self._as_owner()
         has_cmd = request.get("command") not in (None, "", [])
         has_script = request.get("script") not in (None, "")
         if has_cmd == has_script:
@@ -159,13 +170,14 @@ class RequestChecks:
             if not isinstance(script, str):
                 raise ValidationError("must be a path", "script")
             path = Path(script) if os.path.isabs(script) else Path(self.root_dir) / script
-            if not path.is_file():
+            if not owner and not path.is_file():
                 raise ValidationError(f"no such file: {script}", "script")
             args = request.get("args") or []
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 raise ValidationError("must be a list of strings", "args")
-            argv = [self.python_executable, str(path.resolve()), *args]
-            default_wd = str(path.resolve().parent)
+            full = Path(os.path.abspath(path)) if owner else path.resolve()
+            argv = [self.python_executable, str(full), *args]
+            default_wd = str(full.parent)
         else:
             cmd = request["command"]
             if isinstance(cmd, str):
@@ -181,13 +193,18 @@ class RequestChecks:
             if not isinstance(wd, str):
                 raise ValidationError("must be a path", "workingDir")
             wd_path = Path(wd) if os.path.isabs(wd) else Path(self.root_dir) / wd
-            if not wd_path.is_dir():
-                raise ValidationError(f"no such directory: {wd}", "workingDir")
-            cwd = str(wd_path.resolve())
+            if owner:
+                cwd = os.path.abspath(wd_path)  # entered by the wrapper as the owner
+            else:
+                if not wd_path.is_dir():
+                    raise ValidationError(f"no such directory: {wd}", "workingDir")
+                cwd = str(wd_path.resolve())
         else:
             cwd = default_wd
-        if not getattr(self.backend, "local_commands", True):
-            return argv, cwd  # runs in a container image (Kubernetes), not on this server
+        if owner or not getattr(self.backend, "local_commands", True):
+            # Kubernetes: runs in a container image, not on this server; as the owner: the
+            # wrapper finds the command on the owner's PATH and says so if it cannot.
+            return argv, cwd
         exe = argv[0]
         if "/" in exe:
             p = Path(exe) if os.path.isabs(exe) else Path(cwd) / exe
