@@ -270,7 +270,7 @@ class WorkloadsHandler(GpuQueueHandler):
         require_scope(self, SUBMIT_SCOPE)
         namespace = self.get_query_argument("namespace", None) or None
         states: Optional[list[str]] = None
-        raw_states = self.get_query_argument("state", None)
+        raw_states = self.get_query_argument("state", None, strip=False)  # tornado drops control characters
         if raw_states:
             states = [s.strip() for s in raw_states.split(",") if s.strip()]
             for s in states:
