@@ -337,6 +337,55 @@ export class ApiError extends Error {
   }
 }
 
+/** What the panel says when the server no longer answers as the GPU queue. */
+export const SERVER_GONE_MESSAGE =
+  'The server is gone: it was stopped (a notebook server stops when its GPU lease ends) or ' +
+  'your login expired. Start it again from the hub, then reload this page.';
+
+/**
+ * The server did not answer as the GPU queue: a redirect to a login page, an HTML page (under
+ * JupyterHub: its login form, its "server not running" page), any other body that is not JSON,
+ * or JupyterHub's 424 for a stopped server. The body is never shown: such a page may hold an
+ * `_xsrf` token and is no message for a person.
+ */
+export class ServerGoneError extends ApiError {
+  constructor(status: number) {
+    super(SERVER_GONE_MESSAGE, status, 'ServerGone');
+    this.name = 'ServerGoneError';
+  }
+}
+
+/**
+ * Whether a response comes from something other than the GPU queue's API at `url`: redirected
+ * elsewhere (a login page), JupyterHub's 424 "server no longer running", or a body that is not
+ * JSON (`text` given; empty bodies are fine).
+ */
+function isServerGone(response: Response, url: string, text?: string): boolean {
+  if (response.status === 424) {
+    return true;
+  }
+  if (response.redirected && response.url) {
+    const wanted = new URL(url, window.location.href).pathname;
+    if (new URL(response.url, window.location.href).pathname !== wanted) {
+      return true;
+    }
+  }
+  if (text === undefined || text.length === 0) {
+    return false;
+  }
+  const type = response.headers.get('Content-Type') ?? '';
+  if (/text\/html|application\/xhtml/i.test(type) || /^\s*<(!doctype|html|head|body)\b/i.test(text)) {
+    return true;
+  }
+  try {
+    const body = JSON.parse(text);
+    // JupyterHub's JSON answer for a stopped server (a 424, or 503 in its legacy mode)
+    return !!body && typeof body.message === 'string' && /^JupyterHub server no longer running/.test(body.message);
+  } catch {
+    return true;
+  }
+}
+
 /** `namespace/name`, the key of a workload everywhere in the panel. */
 export function workloadKey(w: { namespace: string; name: string }): string {
   return `${w.namespace}/${w.name}`;
@@ -351,7 +400,10 @@ export class GpuQueueClient {
     readonly serverSettings: ServerConnection.ISettings = ServerConnection.makeSettings()
   ) {}
 
-  /** Call `gpuqueue/api/<endPoint>` and parse the JSON answer; throw ApiError on a 4xx/5xx. */
+  /**
+   * Call `gpuqueue/api/<endPoint>` and parse the JSON answer; throw ApiError on a 4xx/5xx, and
+   * ServerGoneError (with a plain message, never the body) when the answer is not the API's.
+   */
   async request<T>(
     endPoint: string,
     init: RequestInit = {},
@@ -381,19 +433,14 @@ export class GpuQueueClient {
       throw new ServerConnection.NetworkError(error as TypeError);
     }
     const text = await response.text();
-    let data: any = null;
-    if (text.length > 0) {
-      try {
-        data = JSON.parse(text);
-      } catch {
-        data = text;
-      }
+    if (isServerGone(response, url, text)) {
+      throw new ServerGoneError(response.status);
     }
+    const data: any = text.length > 0 ? JSON.parse(text) : null;
     if (!response.ok) {
       const body = data && typeof data === 'object' ? data : {};
       const message =
-        body.message ||
-        (typeof data === 'string' && data) ||
+        (typeof body.message === 'string' && body.message) ||
         response.statusText ||
         `HTTP ${response.status}`;
       throw new ApiError(message, response.status, body.reason, body.field);
@@ -476,6 +523,10 @@ export class GpuQueueClient {
       this.serverSettings
     );
     const text = await response.text();
+    const type = response.headers.get('Content-Type') ?? '';
+    if (isServerGone(response, url) || /text\/html/i.test(type) || /^\s*</.test(text)) {
+      throw new ServerGoneError(response.status);
+    }
     if (!response.ok) {
       let body: any = {};
       try {

@@ -5,8 +5,10 @@
  * `NotebookLease` (docs/rest-api.md). When higher-priority work preempts it, the lease is not cut
  * at once: it gets `evictionDeadline` (seconds since the epoch) and keeps its GPUs until then.
  * This shows a JupyterLab notification (warning) with the time left, updated while it counts
- * down, and dismisses it when the lease ends. One notification per lease, for the current
- * user's own leases only.
+ * down. At the deadline, or as soon as the lease ends, the same notification says the lease was
+ * released (it never stays at "less than a second": under JupyterHub the server that would tell
+ * the panel so is the one being stopped). One notification per lease, for the current user's
+ * own leases only.
  */
 import { Notification } from '@jupyterlab/apputils';
 
@@ -38,6 +40,16 @@ export function formatTimeLeft(seconds: number): string {
   return rest ? `${m} min ${rest} s` : `${m} min`;
 }
 
+/** The notice once the lease is released (at `endedAt`, seconds since the epoch). */
+export function leaseReleasedText(w: IWorkload, endedAt: number): string {
+  const at = new Date(endedAt * 1000).toLocaleTimeString();
+  return (
+    `Your notebook's GPU lease ${w.namespace}/${w.name} was released at ${at}: ` +
+    'higher-priority work needed the GPU. Its notebook server stops; start it again from the hub ' +
+    'when GPUs are free.'
+  );
+}
+
 /** The warning text for a lease with an eviction deadline. */
 export function leaseWarningText(w: IWorkload, nowMs: number): string {
   const deadline = (w as IWorkload & ILeaseFields).evictionDeadline ?? 0;
@@ -58,7 +70,9 @@ export function leaseWarningText(w: IWorkload, nowMs: number): string {
  * stops watching and dismisses open warnings.
  */
 export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): () => void {
-  const open = new Map<string, { id: string; workload: IWorkload }>();
+  const open = new Map<string, { id: string; workload: IWorkload; timer: number }>();
+  /** Leases whose warning now says "released": not warned again. */
+  const released = new Set<string>();
   let discoverTimer = 0;
   const discover = async () => {
     try {
@@ -86,18 +100,51 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
     );
   };
 
+  /** The warned lease ended: the warning becomes the notice that it was released. */
+  const release = (key: string, endedAt: number) => {
+    const current = open.get(key);
+    if (!current) {
+      return;
+    }
+    window.clearTimeout(current.timer);
+    open.delete(key);
+    released.add(key);
+    Notification.update({
+      id: current.id,
+      type: 'info',
+      message: leaseReleasedText(current.workload, endedAt),
+      autoClose: false
+    });
+  };
+
+  /** Count down to the deadline itself, then say "released" even if no event comes. */
+  const atDeadline = (key: string, w: IWorkload) => {
+    const deadline = (w as IWorkload & ILeaseFields).evictionDeadline ?? 0;
+    return window.setTimeout(
+      () => release(key, deadline),
+      Math.max(0, Math.min(deadline * 1000 - Date.now(), 2 ** 31 - 1))
+    );
+  };
+
   const check = (w: IWorkload) => {
     const key = `${w.namespace}/${w.name}`;
     const current = open.get(key);
-    if (isWarned(w)) {
+    if (isWarned(w) && !released.has(key)) {
       if (current) {
         current.workload = w;
+        window.clearTimeout(current.timer);
+        current.timer = atDeadline(key, w);
         Notification.update({ id: current.id, message: leaseWarningText(w, Date.now()) });
       } else {
         const id = Notification.warning(leaseWarningText(w, Date.now()), { autoClose: false });
-        open.set(key, { id, workload: w });
+        open.set(key, { id, workload: w, timer: atDeadline(key, w) });
       }
-    } else if (current && (w.state !== 'Running' || !isWarned(w))) {
+    } else if (current && w.state !== 'Running') {
+      // ended (at its deadline, or the user released it first)
+      release(key, w.finishedAt ?? Date.now() / 1000);
+    } else if (current) {
+      // still running, no deadline any more: the preemption was called off
+      window.clearTimeout(current.timer);
       Notification.dismiss(current.id);
       open.delete(key);
     }
@@ -125,7 +172,8 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
     window.clearInterval(discoverTimer);
     model.workloadChanged.disconnect(onWorkload);
     model.changed.disconnect(onChanged);
-    for (const { id } of open.values()) {
+    for (const { id, timer } of open.values()) {
+      window.clearTimeout(timer);
       Notification.dismiss(id);
     }
     open.clear();

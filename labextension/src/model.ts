@@ -6,6 +6,13 @@
  * `batch` messages carry several of them, applied in order).
  * The socket reconnects with exponential backoff, and a slow poll refetches everything as a
  * safety net. Every reconnect refetches, because events may have been missed meanwhile.
+ *
+ * When the server answers as something other than the queue (ServerGoneError: under JupyterHub,
+ * the user's server was stopped, e.g. at the end of its GPU lease, or the login expired) the
+ * connection is `gone` and `loadError` says so in plain words; nothing of that answer is shown.
+ * A notebook lease's card ends at its `evictionDeadline` even when no event can say so any more
+ * (the server that would send it is the one that stops): `Failed`, reason `Preempted`, its clock
+ * and cost stopped at the deadline, as the queue records it.
  */
 import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
@@ -13,6 +20,8 @@ import { IDisposable } from '@lumino/disposable';
 import {
   GpuQueueClient,
   IInfo,
+  ServerGoneError,
+  SERVER_GONE_MESSAGE,
   IInventory,
   IPrices,
   IQueues,
@@ -21,7 +30,33 @@ import {
   workloadKey
 } from './api';
 
-export type ConnectionState = 'connecting' | 'live' | 'offline';
+/** `gone`: the server no longer answers as the GPU queue (ServerGoneError). */
+export type ConnectionState = 'connecting' | 'live' | 'offline' | 'gone';
+
+const LEASE_KIND = 'NotebookLease';
+
+/**
+ * A running notebook lease past its `evictionDeadline`, as the queue records it at that moment:
+ * Failed (reason Preempted), finished at the deadline, its cost up to the deadline.
+ */
+export function releasedLease(entry: IWorkloadEntry): IWorkload {
+  const w = entry.workload;
+  const end = w.evictionDeadline ?? Date.now() / 1000;
+  const perSecond = (w.pricePerHourUsd ?? 0) / 3600;
+  const cost = Math.max(
+    (w.costUsd ?? 0) + perSecond * Math.max(0, end - entry.receivedAt / 1000),
+    w.startedAt ? perSecond * Math.max(0, end - w.startedAt) : 0
+  );
+  return {
+    ...w,
+    state: 'Failed',
+    reason: 'Preempted',
+    message: w.message || 'Released at its deadline: higher-priority work needed the GPU',
+    finishedAt: end,
+    costUsd: cost,
+    evictionDeadline: null
+  };
+}
 
 export interface IWorkloadEntry {
   workload: IWorkload;
@@ -64,7 +99,7 @@ export class QueueModel implements IDisposable {
     return this._inventory;
   }
   get connection(): ConnectionState {
-    return this._connection;
+    return this._gone && this._connection !== 'live' ? 'gone' : this._connection;
   }
   /** The last error of a refresh (e.g. the server extension is not running), or null. */
   get loadError(): string | null {
@@ -152,12 +187,18 @@ export class QueueModel implements IDisposable {
     if (inventory.status === 'fulfilled') {
       this._inventory = inventory.value;
     }
+    const all = [info, prices, workloads, queues, inventory];
+    const gone = all.some(r => r.status === 'rejected' && r.reason instanceof ServerGoneError);
     const failed = [info, workloads].find(r => r.status === 'rejected') as
       | PromiseRejectedResult
       | undefined;
-    this._loadError = failed
-      ? `Cannot reach the GPU queue: ${(failed.reason as Error)?.message ?? failed.reason}`
-      : null;
+    this._gone = gone;
+    this._loadError = gone
+      ? SERVER_GONE_MESSAGE
+      : failed
+        ? `Cannot reach the GPU queue: ${(failed.reason as Error)?.message ?? failed.reason}`
+        : null;
+    this._endLeases();
     this._changed.emit();
   }
 
@@ -181,6 +222,8 @@ export class QueueModel implements IDisposable {
     window.clearInterval(this._pollTimer);
     window.clearTimeout(this._reconnectTimer);
     window.clearTimeout(this._refetchTimer);
+    window.clearTimeout(this._leaseTimer);
+    window.clearTimeout(this._probeTimer);
     if (this._socket) {
       this._socket.onclose = null;
       this._socket.close();
@@ -198,7 +241,44 @@ export class QueueModel implements IDisposable {
     }
     this._workloads.set(key, { workload: w, receivedAt: Date.now() });
     this._workloadChanged.emit(w);
+    this._endLeases();
     this._changed.emit();
+  }
+
+  /**
+   * End the running notebook leases whose `evictionDeadline` has passed (see `releasedLease`),
+   * and wake up at the next deadline. An event or refetch from a live server replaces them.
+   */
+  private _endLeases(): void {
+    window.clearTimeout(this._leaseTimer);
+    const now = Date.now();
+    let next = Infinity;
+    const ended: IWorkload[] = [];
+    for (const [key, entry] of this._workloads) {
+      const w = entry.workload;
+      if (w.kind !== LEASE_KIND || w.state !== 'Running' || !w.evictionDeadline) {
+        continue;
+      }
+      const at = w.evictionDeadline * 1000;
+      if (at <= now) {
+        const done = releasedLease(entry);
+        this._workloads.set(key, { workload: done, receivedAt: now });
+        ended.push(done);
+      } else {
+        next = Math.min(next, at);
+      }
+    }
+    if (next < Infinity && !this._isDisposed) {
+      this._leaseTimer = window.setTimeout(() => {
+        this._endLeases();
+      }, Math.min(next - now + 20, 2 ** 31 - 1));
+    }
+    if (ended.length) {
+      for (const w of ended) {
+        this._workloadChanged.emit(w);
+      }
+      this._changed.emit();
+    }
   }
 
   private _connect(): void {
@@ -236,9 +316,15 @@ export class QueueModel implements IDisposable {
       this._onEvent(event);
     };
     socket.onclose = () => {
+      const wasLive = this._connection === 'live';
       this._socket = null;
       this._setConnection('offline');
       this._scheduleReconnect();
+      if (wasLive) {
+        // Lost: ask at once whether the server is still there (or gone, e.g. stopped by the hub).
+        window.clearTimeout(this._probeTimer);
+        this._probeTimer = window.setTimeout(() => void this.refresh(), 500);
+      }
     };
     socket.onerror = () => {
       // onclose follows; nothing else to do.
@@ -309,6 +395,10 @@ export class QueueModel implements IDisposable {
       if (this._isDisposed) {
         return;
       }
+      if ([queuesR, inventoryR].some(r => r.status === 'rejected' && r.reason instanceof ServerGoneError)) {
+        this._gone = true;
+        this._loadError = SERVER_GONE_MESSAGE;
+      }
       if (queuesR.status === 'fulfilled' && queuesR.value) {
         this._queues = queuesR.value;
       }
@@ -337,6 +427,9 @@ export class QueueModel implements IDisposable {
   private _reconnectTimer = 0;
   private _pollTimer = 0;
   private _refetchTimer = 0;
+  private _leaseTimer = 0;
+  private _probeTimer = 0;
+  private _gone = false;
   private _refetchQueues = false;
   private _refetchInventory = false;
   private _pollIntervalMs: number;

@@ -4,7 +4,14 @@ The user holds team-a's four A100s with a NotebookLease (as the hub's spawner wo
 its own two, so nothing can be borrowed. Higher-priority work of team-a then needs the A100s: the
 lease is chosen as the victim and gets an ``evictionDeadline``. JupyterLab shows a warning
 notification with the time left (labextension/src/leaseWarning.ts); when the lease is released at
-the deadline the notification goes away.
+the deadline the notification says so ("was released at …"), never frozen at "less than a second".
+
+Under JupyterHub the server that runs the panel is the one stopped at the deadline (issue 15,
+item 2): the second test plays the hub's part in the browser — the event stream is cut and every
+API request is redirected to the hub's login page (HTML with an ``_xsrf`` token), as JupyterHub
+answers for a stopped server. The panel then says, in plain words, that the server is gone; no
+HTML and no token is ever shown; the lease card ends at the deadline (Failed, its cost and clock
+stopped) and the warning says "released".
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ async def test_lease_preemption_warning_shows_time_left_then_goes(jp_fetch, star
                 await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
                 # the panel's model is live (it also feeds the warning)
                 await page.locator("#jp-gpuqueue-panel").wait_for(state="attached")
-                toast = page.locator(".Toastify__toast", has_text="GPU lease team-a/nb-alice")
+                toast = page.locator(".Toastify__toast", has_text="Your notebook's GPU lease team-a/nb-alice")
                 await asyncio.sleep(2)
                 assert await toast.count() == 0  # no warning while nothing preempts it
 
@@ -101,10 +108,136 @@ async def test_lease_preemption_warning_shows_time_left_then_goes(jp_fetch, star
                 left = warned["evictionDeadline"] - time.time()
                 assert 0 < int(m.group(1)) <= GRACE and abs(int(m.group(1)) - left) < 6, (text, left)
                 assert "higher-priority work" in text
-                # Released at the deadline: the warning goes, the urgent work runs.
+                # Released at the deadline: the warning says so, the urgent work runs.
                 await wait_for(jp_fetch, "team-a/nb-alice", lambda w: w["state"] == "Failed", timeout=GRACE + 15)
-                await expect(toast).to_have_count(0, timeout=20000)
+                await expect(toast).to_contain_text("was released at", timeout=10000)
+                await expect(toast).not_to_contain_text("less than a second")
+                await expect(toast).not_to_contain_text("will be released in")
                 await wait_for(jp_fetch, "team-a/urgent", lambda w: w["state"] == "Running")
+                assert not errors, errors
+            finally:
+                await browser.close()
+    finally:
+        for key in created:
+            try:
+                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+            except AssertionError:
+                pass
+
+
+HUB_LOGIN_PAGE = """<!DOCTYPE HTML>
+<html><head><title>JupyterHub</title></head>
+<body><div id="login-main"><form action="/hub/login?next=%2Fuser%2Falice%2Flab" method="post">
+<input type="hidden" name="_xsrf" value="2|c0ffee42|hub-xsrf-secret-token|1795600000"/>
+<input id="username_input" name="username"/><input type="password" name="password"/>
+<button type="submit">Sign in</button></form></div></body></html>"""
+
+
+async def test_the_hub_stops_the_server_at_the_lease_deadline(jp_fetch, started, lab_url, chromium_launch_args):
+    """Issue 15, item 2: at the deadline the panel shows neither the hub's HTML nor its xsrf
+    token, the lease card ends (Failed, cost and clock stopped), the warning says "released"."""
+    from playwright.async_api import async_playwright, expect
+
+    created = []
+    try:
+        await api(jp_fetch, "workloads", method="POST", body={
+            "name": "team-b-a100", "localQueue": "team-b/team-b-queue", "command": sleeper(),
+            "gpus": 2, "flavor": "nvidia-a100", "maxRuntime": "10m"})
+        created.append("team-b/team-b-a100")
+        await wait_for(jp_fetch, "team-b/team-b-a100", lambda w: w["state"] == "Running")
+        await api(jp_fetch, "workloads", method="POST", body={
+            "kind": "NotebookLease", "name": "nb-alice", "localQueue": "team-a/team-a-queue",
+            "gpus": 4, "flavor": "nvidia-a100", "maxRuntime": "1h"})
+        created.append("team-a/nb-alice")
+        await wait_for(jp_fetch, "team-a/nb-alice", lambda w: w["state"] == "Running")
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 900})
+                page.set_default_timeout(30000)
+                errors: list[str] = []
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                hub = {"stopped": False, "sockets": []}
+
+                async def events(ws):
+                    # the event stream, passed through until the hub stops the server
+                    if hub["stopped"]:
+                        await ws.close()
+                        return
+                    ws.connect_to_server()
+                    hub["sockets"].append(ws)
+
+                await page.route_web_socket(re.compile(r".*/gpuqueue/api/events.*"), events)
+
+                async def api_route(route):
+                    if not hub["stopped"]:
+                        await route.continue_()
+                    elif route.request.method == "GET":
+                        # JupyterHub: no hub cookie on /user/alice/… → its login page
+                        await route.fulfill(status=302, headers={"Location": f"{base}hub/login?next=%2Fuser%2Falice%2F"})
+                    else:
+                        await route.fulfill(status=424, content_type="application/json", body=json.dumps(
+                            {"message": "JupyterHub server no longer running at /user/alice/. "
+                                        "Restart the server at http://hub.example/hub/spawn/alice"}))
+
+                base = lab_url.split("lab?")[0]
+                await page.route("**/gpuqueue/api/**", api_route)
+                await page.route("**/hub/login**", lambda route: route.fulfill(
+                    status=200, content_type="text/html; charset=UTF-8", body=HUB_LOGIN_PAGE))
+
+                await page.goto(lab_url)
+                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
+                await tab.wait_for(timeout=60000)
+                panel = page.locator("#jp-gpuqueue-panel")
+                if not await panel.is_visible():
+                    await tab.click()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                for section in ("submit", "availability", "team"):
+                    toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
+                    if await toggle.get_attribute("aria-expanded") == "true":
+                        await toggle.click()
+                card = panel.locator('[data-gpuqueue-job="team-a/nb-alice"]')
+                await expect(card).to_have_attribute("data-state", "Running")
+
+                await api(jp_fetch, "workloads", method="POST", body={
+                    "name": "urgent", "localQueue": "team-a/team-a-queue", "command": sleeper(),
+                    "gpus": 4, "flavor": "nvidia-a100", "priorityClass": "experiment-high",
+                    "maxRuntime": "5m"})
+                created.append("team-a/urgent")
+                warned = await wait_for(jp_fetch, "team-a/nb-alice", lambda w: w.get("evictionDeadline"))
+                deadline = warned["evictionDeadline"]
+                toast = page.locator(".Toastify__toast", has_text="Your notebook's GPU lease team-a/nb-alice")
+                await expect(toast).to_contain_text("will be released in", timeout=20000)
+
+                # The hub stops the user's server: the stream ends, every request gets its login page.
+                hub["stopped"] = True
+                for ws in hub["sockets"]:
+                    await ws.close()
+                await expect(panel.locator(".jp-gpuqueue-conn-gone")).to_be_visible(timeout=15000)
+                banner = panel.locator(".jp-gpuqueue-banner")
+                await expect(banner).to_contain_text("The server is gone")
+                await panel.get_by_role("button", name="Refresh").click()  # asks again: same answer
+                await expect(banner).to_contain_text("Start it again from the hub")
+
+                # The deadline passes: the card ends, its clock and cost stop; the warning says so.
+                await expect(card).to_have_attribute("data-state", "Failed",
+                                                     timeout=int(max(0, deadline - time.time()) * 1000) + 10000)
+                await expect(toast).to_contain_text("was released at", timeout=5000)
+                cost = await card.locator(".jp-gpuqueue-cost").inner_text()
+                clock = await card.locator(".jp-gpuqueue-clock").inner_text()
+                assert clock.startswith("ran "), clock
+                await page.wait_for_timeout(3000)
+                assert await card.locator(".jp-gpuqueue-cost").inner_text() == cost
+                assert await card.locator(".jp-gpuqueue-clock").inner_text() == clock
+                await expect(toast).not_to_contain_text("less than a second")
+
+                # Nothing of the hub's page is ever shown, in the panel or in a notification.
+                shown = await page.evaluate("() => document.body.innerText")
+                for leak in ("_xsrf", "xsrf", "hub-xsrf-secret-token", "<html", "<!DOCTYPE", "Sign in",
+                             "JupyterHub server no longer running"):
+                    assert leak.lower() not in shown.lower(), leak
                 assert not errors, errors
             finally:
                 await browser.close()
