@@ -27,6 +27,21 @@ import {
 import { IWorkloadEntry, QueueModel } from '../model';
 import { canOpenJobPage, openJobPage } from '../jobpage/opener';
 import { preemptionsOf } from '../jobpage/types';
+import {
+  filterEntries,
+  HISTORY_TOOLS_FROM,
+  IHistoryFilter,
+  isCleared,
+  isFiltered,
+  loadHiddenBefore,
+  NO_FILTER,
+  PAGE_SIZE,
+  saveHiddenBefore,
+  SinceFilter,
+  STATE_OPTIONS,
+  SINCE_OPTIONS,
+  StateFilter
+} from '../history';
 
 /** The clocks of running jobs tick every second; estimated starts every 15 s. */
 const RUNNING_TICK_MS = 1000;
@@ -69,6 +84,20 @@ export function JobList(props: {
     anyRunning ? RUNNING_TICK_MS : anyPending ? PENDING_TICK_MS : null
   );
   const user = props.model.info?.user ?? null;
+  const [filter, setFilter] = React.useState<IHistoryFilter>(NO_FILTER);
+  const [page, setPage] = React.useState(0);
+  const [hiddenBefore, setHiddenBefore] = React.useState<number | null>(() =>
+    loadHiddenBefore(user)
+  );
+  React.useEffect(() => setHiddenBefore(loadHiddenBefore(user)), [user]);
+  // A job just submitted is shown: back to the first page, without filters hiding it.
+  React.useEffect(() => {
+    if (props.highlight) {
+      setPage(0);
+      setFilter(NO_FILTER);
+    }
+  }, [props.highlight]);
+
   if (entries.length === 0) {
     return (
       <div className="jp-gpuqueue-muted jp-gpuqueue-empty">
@@ -77,19 +106,155 @@ export function JobList(props: {
       </div>
     );
   }
+  const { shown, cleared } = filterEntries(entries, filter, hiddenBefore, now);
+  const pages = Math.max(1, Math.ceil(shown.length / PAGE_SIZE));
+  const current = Math.min(page, pages - 1);
+  const visible = shown.slice(current * PAGE_SIZE, (current + 1) * PAGE_SIZE);
+  const tools =
+    entries.length >= HISTORY_TOOLS_FROM || cleared > 0 || isFiltered(filter);
+  const update = (patch: Partial<IHistoryFilter>) => {
+    setFilter({ ...filter, ...patch });
+    setPage(0);
+  };
+  const teams = [...new Set(entries.map(e => e.workload.namespace))].sort();
+  const anyFinished = entries.some(
+    e => isFinished(e.workload) && !isCleared(e.workload, hiddenBefore)
+  );
+  const clearFinished = () => {
+    const at = Date.now() / 1000;
+    saveHiddenBefore(user, at);
+    setHiddenBefore(at);
+    setPage(0);
+  };
+  const showCleared = () => {
+    saveHiddenBefore(user, null);
+    setHiddenBefore(null);
+  };
   return (
-    <ul className="jp-gpuqueue-jobs">
-      {entries.map(e => (
-        <JobRow
-          key={workloadKey(e.workload)}
-          entry={e}
-          model={props.model}
-          now={now}
-          user={user}
-          highlight={props.highlight === workloadKey(e.workload)}
-        />
-      ))}
-    </ul>
+    <div className="jp-gpuqueue-history">
+      {tools && (
+        <div className="jp-gpuqueue-history-tools" role="search" aria-label="Filter my jobs">
+          <input
+            type="search"
+            className="jp-mod-styled jp-gpuqueue-history-search"
+            placeholder="Search by name"
+            aria-label="Search jobs by name"
+            value={filter.search}
+            onChange={e => update({ search: e.currentTarget.value })}
+          />
+          <div className="jp-gpuqueue-history-selects">
+            <select
+              className="jp-mod-styled jp-gpuqueue-history-state"
+              aria-label="Filter by state"
+              value={filter.state}
+              onChange={e => update({ state: e.currentTarget.value as StateFilter })}
+            >
+              {STATE_OPTIONS.map(([v, label]) => (
+                <option key={v} value={v}>
+                  {label}
+                </option>
+              ))}
+            </select>
+            {teams.length > 1 && (
+              <select
+                className="jp-mod-styled jp-gpuqueue-history-team"
+                aria-label="Filter by team"
+                value={filter.team}
+                onChange={e => update({ team: e.currentTarget.value })}
+              >
+                <option value="">All teams</option>
+                {teams.map(t => (
+                  <option key={t} value={t}>
+                    {t}
+                  </option>
+                ))}
+              </select>
+            )}
+            <select
+              className="jp-mod-styled jp-gpuqueue-history-since"
+              aria-label="Filter by date submitted"
+              value={filter.since}
+              onChange={e => update({ since: e.currentTarget.value as SinceFilter })}
+            >
+              {SINCE_OPTIONS.map(([v, label]) => (
+                <option key={v} value={v}>
+                  {label}
+                </option>
+              ))}
+            </select>
+          </div>
+          <div className="jp-gpuqueue-history-summary">
+            <span className="jp-gpuqueue-history-count" data-shown={shown.length}>
+              {shown.length === entries.length - cleared && !isFiltered(filter)
+                ? `${shown.length} ${shown.length === 1 ? 'job' : 'jobs'}`
+                : `${shown.length} of ${entries.length - cleared} jobs`}
+            </span>
+            {isFiltered(filter) && (
+              <button type="button" className="jp-gpuqueue-link" onClick={() => update(NO_FILTER)}>
+                Reset filters
+              </button>
+            )}
+            {anyFinished && (
+              <button
+                type="button"
+                className="jp-gpuqueue-link jp-gpuqueue-history-clear"
+                title="Hide the jobs that have ended until now (they stay in the queue's history; Show brings them back)"
+                onClick={clearFinished}
+              >
+                Clear finished
+              </button>
+            )}
+          </div>
+          {cleared > 0 && (
+            <div className="jp-gpuqueue-history-cleared" data-cleared={cleared}>
+              {cleared} finished {cleared === 1 ? 'job' : 'jobs'} cleared ·{' '}
+              <button type="button" className="jp-gpuqueue-link" onClick={showCleared}>
+                Show
+              </button>
+            </div>
+          )}
+        </div>
+      )}
+      {visible.length === 0 ? (
+        <div className="jp-gpuqueue-muted jp-gpuqueue-empty">No job matches.</div>
+      ) : (
+        <ul className="jp-gpuqueue-jobs">
+          {visible.map(e => (
+            <JobRow
+              key={workloadKey(e.workload)}
+              entry={e}
+              model={props.model}
+              now={now}
+              user={user}
+              highlight={props.highlight === workloadKey(e.workload)}
+            />
+          ))}
+        </ul>
+      )}
+      {pages > 1 && (
+        <nav className="jp-gpuqueue-pager" aria-label="Pages of my jobs">
+          <button
+            type="button"
+            className="jp-gpuqueue-link"
+            disabled={current === 0}
+            onClick={() => setPage(current - 1)}
+          >
+            ‹ Newer
+          </button>
+          <span className="jp-gpuqueue-pager-at">
+            {current * PAGE_SIZE + 1}–{current * PAGE_SIZE + visible.length} of {shown.length}
+          </span>
+          <button
+            type="button"
+            className="jp-gpuqueue-link"
+            disabled={current >= pages - 1}
+            onClick={() => setPage(current + 1)}
+          >
+            Older ›
+          </button>
+        </nav>
+      )}
+    </div>
   );
 }
 
