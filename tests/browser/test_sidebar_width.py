@@ -14,8 +14,10 @@ asserts:
   fits its box ("experiment-normal (100)", "no limit"), no text is clipped by an ellipsis or an
   overflow, none is wrapped one character a line;
 - WCAG AA contrast (4.5:1) of every text node against the background it is drawn on (computed
-  here from the computed styles, alpha-blended up the tree), and axe-core's WCAG 2 A/AA rules
-  (axe-core is vendored as a devDependency of labextension/, node_modules/axe-core/axe.min.js);
+  here from the computed styles, alpha-blended up the tree, color-mix() included: axe-core's own
+  color-contrast rule finds the panel's text "inapplicable" inside JupyterLab's sidebar), and
+  axe-core's other WCAG 2 A/AA rules (names, labels, ARIA; axe-core is a devDependency of
+  labextension/, node_modules/axe-core/axe.min.js, installed by `jlpm install` there);
 - chart labels of at least 10 px as drawn;
 - a visible focus ring (outline or box-shadow) on every dropdown reached with the keyboard.
 
