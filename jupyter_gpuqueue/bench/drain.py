@@ -29,6 +29,7 @@ import time
 from typing import Optional
 
 from . import measure, stream
+from .ledger_read import ledger_rows
 from .server import client_session
 
 
@@ -109,19 +110,8 @@ def devices_held_twice(server) -> list[str]:
 
         path = server
         server = SimpleNamespace(db_url=f"sqlite:///{path}", ledger_rows=None)
-        server.ledger_rows = lambda sql, url=server.db_url: _rows(url, sql)
+        server.ledger_rows = lambda sql, url=server.db_url: ledger_rows(url, sql)
     return _devices_held_twice(server)
-
-
-def _rows(url: str, sql: str) -> list[tuple]:
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(url)
-    try:
-        with engine.connect() as con:
-            return [tuple(r) for r in con.execute(text(sql))]
-    finally:
-        engine.dispose()
 
 
 def _devices_held_twice(server) -> list[str]:

@@ -220,9 +220,9 @@ class BenchServer(ExternalServer):
 
     def ledger_rows(self, sql: str) -> list[tuple]:
         """Rows of a read-only SQL query on the server's ledger (SQLite or PostgreSQL)."""
-        from .drain import _rows
+        from .ledger_read import ledger_rows
 
-        return _rows(self.db_url, sql)
+        return ledger_rows(self.db_url, sql)
 
     def kill_jobs(self) -> int:
         """After :meth:`stop`: SIGKILL the process groups of the jobs the ledger says still run
