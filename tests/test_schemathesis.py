@@ -477,7 +477,9 @@ def _run_stateful(schema, fz: Fuzzed, failures: list) -> None:
             case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs or None)
 
     try:
+        # no replay or shrinking: the server's state moves on, so a scenario cannot be replayed
         Workflow.run(settings=settings(max_examples=STATEFUL, deadline=None, database=None,
+                                       phases=[Phase.generate], report_multiple_bugs=False,
                                        suppress_health_check=list(HealthCheck), stateful_step_count=8))
     except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001
         failures.append(f"stateful: {exc}")

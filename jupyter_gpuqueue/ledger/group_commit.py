@@ -21,6 +21,14 @@ Each item is a *group* of rows that is committed all-or-nothing (a manifest with
 documents); a group that fails alone (its name is taken) gets its own error, the others of the
 batch commit.
 
+Failpoints (crash tests, tests/test_crash.py): the environment variable ``GPUQUEUE_FAILPOINT``
+set to ``group-commit:before`` or ``group-commit:after``, optionally ``:N`` (the Nth commit of the
+process, default 1), makes the process SIGKILL itself at that commit: ``before``, with the batch
+taken from the queue and nothing of it written (the requests are outstanding, nothing is durable);
+``after``, once the transaction has committed and fsynced but before any of its submissions is
+answered (durable, unacknowledged: restart must queue them). Read once, at construction; unset,
+it costs nothing.
+
 Threads: :meth:`GroupCommitter.submit` may be called from any thread (the service calls it on the
 event-loop thread); the writer thread is the only one that uses the ledger through this object.
 Other writes of the service still go to the ledger directly from the loop thread; SQLite
@@ -32,12 +40,31 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
+import signal
 import threading
 from typing import Optional
 
 from .store import Ledger
 
 log = logging.getLogger(__name__)
+
+FAILPOINT_ENV = "GPUQUEUE_FAILPOINT"
+FAILPOINTS = ("before", "after")
+
+
+def parse_failpoint(text: Optional[str]) -> Optional[tuple[str, int]]:
+    """``"group-commit:after:3"`` → ``("after", 3)``; None when unset or naming another component.
+    ValueError for a malformed value naming this component (a test's typo must not pass silently)."""
+    if not text or not text.startswith("group-commit:"):
+        return None
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or parts[1] not in FAILPOINTS:
+        raise ValueError(f"{FAILPOINT_ENV}={text!r}: expected group-commit:before|after[:N]")
+    nth = int(parts[2]) if len(parts) == 3 else 1
+    if nth < 1:
+        raise ValueError(f"{FAILPOINT_ENV}={text!r}: N must be >= 1")
+    return parts[1], nth
 
 
 class GroupCommitter:
@@ -61,6 +88,14 @@ class GroupCommitter:
         self.commits = 0
         self.groups = 0
         self.largest_batch = 0
+        self._failpoint = parse_failpoint(os.environ.get(FAILPOINT_ENV))
+        self._attempts = 0
+
+    def _maybe_die(self, point: str) -> None:
+        """The failpoint (module docstring): SIGKILL this process at ``point`` of the armed commit."""
+        if self._failpoint is not None and self._failpoint == (point, self._attempts):
+            log.warning("gpuqueue: failpoint group-commit:%s:%d: killing the process", point, self._attempts)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def start(self) -> None:
         with self._cv:
@@ -110,6 +145,8 @@ class GroupCommitter:
             self._commit(batch)
 
     def _commit(self, batch: list[tuple[list[dict], concurrent.futures.Future]]) -> None:
+        self._attempts += 1
+        self._maybe_die("before")
         try:
             results = self.ledger.add_workload_groups([rows for rows, _ in batch])
         except BaseException as exc:  # the commit failed: nothing of this batch is durable
@@ -118,6 +155,7 @@ class GroupCommitter:
                 if not fut.cancelled():
                     fut.set_exception(exc)
             return
+        self._maybe_die("after")
         self.commits += 1
         self.groups += len(batch)
         self.largest_batch = max(self.largest_batch, len(batch))
