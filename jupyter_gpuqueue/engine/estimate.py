@@ -122,6 +122,7 @@ class _Run:
     reasons: dict[str, tuple[str, str]]
     stopped: Optional[str]  # None, "horizon" or "livelock"
     cqs: dict[str, str]
+    others: Optional[dict[str, tuple[float, str]]] = None  # also_started: key -> (start, cq)
 
 
 def _pending_keys(state: Scheduler) -> list[str]:
@@ -142,6 +143,7 @@ def estimate_starts(
     compress: bool = True,
     sampled: bool = True,
     exact_per_queue: Optional[int] = None,
+    also_started: bool = False,
 ) -> dict[str, Estimate]:
     """Estimate when each pending workload of ``state`` starts (see the module docstring).
 
@@ -153,7 +155,10 @@ def estimate_starts(
     only the first N of each ClusterQueue, extrapolate the rest (module docstring, 5). ``ranges``: also run the low and
     high quantiles for ``early`` / ``late``. ``compress``: skip the walk over queued workloads of a
     shape that does not fit (``_Forward``; False: Kueue's walk, cycle for cycle, slower on deep
-    queues). Returns key → :class:`Estimate`."""
+    queues). ``also_started``: also return an :class:`Estimate` (``start_at``, ``cq``; no range, no
+    ``waiting_for``) for every *other* workload pending now that the forward run admitted before
+    it stopped — free, since the run simulates them anyway (what :mod:`.calibration` learns from).
+    Returns key → :class:`Estimate`."""
     holds = dict(holds or {})
     deadlines = deadlines or {}
     wanted = list(keys) if keys is not None else _pending_keys(state)
@@ -180,7 +185,8 @@ def estimate_starts(
         todo, tail = _split_head(state, todo, max(1, int(exact_per_queue)))
     preds = _Predictions(state, now, runtime_model, sampled)
     end_time = now + horizon if horizon is not None and math.isfinite(horizon) else math.inf
-    point = _forward(state, now, preds, _POINT, holds, deadlines, todo, end_time, max_waiting_for, compress)
+    point = _forward(state, now, preds, _POINT, holds, deadlines, todo, end_time, max_waiting_for, compress,
+                     also_started)
     low = high = None
     if ranges:
         low = _forward(state, now, preds, _LOW, holds, deadlines, todo, end_time, 0, compress)
@@ -210,6 +216,10 @@ def estimate_starts(
             e.early = e.late = t
     if tail:
         _extrapolate(out, tail, now)
+    if also_started and point.others:
+        for k, (t, cq) in point.others.items():
+            if k not in out:
+                out[k] = Estimate(start_at=t, early=t, late=t, cq=cq)
     return out
 
 
@@ -326,9 +336,10 @@ def _forward(
     end_time: float,
     max_waiting_for: int,
     compress: bool = True,
+    also_started: bool = False,
 ) -> _Run:
     f = _Forward(base, now, preds, which, holds, deadlines, max_waiting_for, compress)
-    return f.run(todo, end_time)
+    return f.run(todo, end_time, also_started)
 
 
 class _Forward:
@@ -462,9 +473,10 @@ class _Forward:
             return r
         return None
 
-    def run(self, todo: set[str], end_time: float) -> _Run:
+    def run(self, todo: set[str], end_time: float, also_started: bool = False) -> _Run:
         s, events, now = self.s, self.events, self.now
         starts: dict[str, float] = {}
+        others: Optional[dict[str, tuple[float, str]]] = {} if also_started else None
         cqs: dict[str, str] = {}
         waits: dict[str, tuple[WaitingFor, ...]] = {}
         running_now = self.base.admitted
@@ -517,6 +529,9 @@ class _Forward:
                             waits[key] = _waiting_for(key, wl.admission.cluster_queue, t, self.batch,
                                                       self.releases, s._root_of, running_now,
                                                       self.max_waiting_for)
+                    elif others is not None and key not in running_now and key not in starts \
+                            and key not in others:
+                        others[key] = (t, wl.admission.cluster_queue)
                     end = t + self.runtime(key)
                     d = self.deadlines.get(key) if key in running_now else None
                     if d is not None and d < end:
@@ -551,7 +566,7 @@ class _Forward:
                 r = self.never(k) or self.never_of.get(k) or s.pending_reason.get(k)
                 if r is not None:
                     reasons[k] = r
-        return _Run(starts, waits, self.ends, reasons, stopped, cqs)
+        return _Run(starts, waits, self.ends, reasons, stopped, cqs, others)
 
 
 def _waiting_for(key, cq, t, batch, releases, root_of, running_now, limit) -> tuple[WaitingFor, ...]:

@@ -244,7 +244,9 @@ class HistoryRuntime:
     a queue drains at the rate of the *mean* run time, which a heavy tail puts far above the
     median (the point is then at least ``low``, and ``high`` at least the point); ``min_samples``: run
     times a key needs before it answers; ``window``: run times kept per key (the most recent);
-    ``fallback``: the model when no key answers (default :class:`DeclaredRuntime`)."""
+    ``fallback``: the model when no key answers (default :class:`DeclaredRuntime`);
+    ``min_samples_for``: key → the run times that key needs (default ``min_samples`` for all), e.g.
+    fewer for a very specific key whose runs are alike."""
 
     def __init__(
         self,
@@ -255,6 +257,7 @@ class HistoryRuntime:
         window: int = 2000,
         fallback: Optional[RuntimeModel] = None,
         point: str = "mean",
+        min_samples_for: Optional[Callable[[Hashable], int]] = None,
     ):
         if point not in ("mean", "quantile"):
             raise ValueError("point must be 'mean' or 'quantile'")
@@ -264,6 +267,7 @@ class HistoryRuntime:
         self.keys = keys
         self.quantiles = quantiles
         self.min_samples = max(1, int(min_samples))
+        self.min_samples_for = min_samples_for
         self.window = max(1, int(window))
         self.fallback = fallback or DeclaredRuntime()
         self._samples: dict[Hashable, _Samples] = {}
@@ -309,10 +313,14 @@ class HistoryRuntime:
         s = self._samples.get(key)
         return len(s.sorted) if s is not None else 0
 
+    def _need(self, k: Hashable) -> int:
+        f = self.min_samples_for
+        return self.min_samples if f is None else max(1, int(f(k)))
+
     def predict(self, wl: Workload, elapsed: float) -> Prediction:
         ql, qp, qh = self.quantiles
-        need = self.min_samples
         for k in self.keys(wl):
+            need = self._need(k)
             s = self._samples.get(k)
             if s is None or len(s.sorted) < need:
                 continue
@@ -331,8 +339,8 @@ class HistoryRuntime:
 
 
     def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
-        need = self.min_samples
         for k in self.keys(wl):
+            need = self._need(k)
             s = self._samples.get(k)
             if s is None or len(s.sorted) < need:
                 continue
@@ -366,8 +374,11 @@ class HistoryRuntime:
         return max(_quantile_of(self.fallback, wl, elapsed, u), elapsed)
 
     def _known(self, wl: Workload) -> bool:
-        need = self.min_samples
-        return any(len(s.sorted) >= need for s in (self._samples.get(k) for k in self.keys(wl)) if s is not None)
+        for k in self.keys(wl):
+            s = self._samples.get(k)
+            if s is not None and len(s.sorted) >= self._need(k):
+                return True
+        return False
 
     def _predict(self, s: _Samples, i: int) -> Prediction:
         ql, qp, qh = self.quantiles

@@ -49,10 +49,12 @@ waiting jobs with an estimate.
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 from dataclasses import dataclass
 from typing import Optional
 
+from ..engine.calibration import WaitCalibration
 from ..engine.estimate import estimate_starts
 from ..engine.model import GPU, Inventory, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OracleRuntime, RuntimeModel
@@ -82,6 +84,10 @@ class EtaOptions:
     history_window: int = 2000  # run times kept per history key
     bursts: bool = True  # history keyed by burst first (``label_bursts``)
     burst_gap: float = BURST_GAP
+    burst_min_samples: int = 5  # finished runs a burst needs before it answers
+    oracle_baseline: bool = True  # False: skip the oracle baseline (faster experiments)
+    calibrate: bool = True  # correct the model's estimates by its past errors (engine/calibration.py)
+    calibration: Optional[dict] = None  # WaitCalibration keyword arguments
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -117,14 +123,17 @@ def label_bursts(jobs, gap: float = BURST_GAP) -> int:
     return n
 
 
-def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000) -> RuntimeModel:
+def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000,
+               burst_min_samples: int = 5) -> RuntimeModel:
     declared = DeclaredRuntime(declared_seconds)
     if name == "declared":
         return declared
     if name == "oracle":
         return OracleRuntime(runtimes, declared)
     if name == "history":
-        return HistoryRuntime(team_gpu_keys, fallback=declared, window=window)
+        need = max(1, int(burst_min_samples))
+        return HistoryRuntime(team_gpu_keys, fallback=declared, window=window,
+                              min_samples_for=lambda k: need if k[0] == "burst" else 5)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
 
 
@@ -211,11 +220,21 @@ def eta_report(
     sim = make_simulator(rc.config, inventory, options)
     sim.add_jobs(jobs)
     sched = sim.scheduler
-    model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window)
+    model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window,
+                       eta.burst_min_samples)
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
     learn = isinstance(model, HistoryRuntime)
     fed = 0
-    ours, rate, orc = _Tally(), _Tally(), _Tally()
+    ours, rate, orc, raw = _Tally(), _Tally(), _Tally(), _Tally()
+    # Calibration (engine/calibration.py): the first estimate the model made of every waiting
+    # job (at an estimate point, the forward run estimates every job it admits: also_started),
+    # observed when the job starts — the past only.
+    calibrate = eta.calibrate and eta.runtime_model != "oracle"
+    cal = WaitCalibration(**(eta.calibration or {})) if calibrate else None
+    first_admit = {j.key: j.first_admit_time for j in first.jobs.values() if j.first_admit_time is not None}
+    first_est: dict[str, tuple[float, float, str]] = {}  # key -> (t, estimated wait, calibration key)
+    to_observe: list[tuple[float, str]] = []  # (actual start, key)
+    records = []
     details = []
     t_est = t_oracle = 0.0
     i = 0
@@ -231,15 +250,31 @@ def eta_report(
                 key = finished[fed][1]
                 model.observe(sim.jobs[key].workload, runtimes[key])
                 fed += 1
+        while to_observe and to_observe[0][0] <= t:
+            at, key = heapq.heappop(to_observe)
+            t0k, ew, ck = first_est[key]
+            cal.observe(ck, ew, at - t0k, at)
+            if eta.details:
+                records.append({"key": key, "cq": ck, "t": t0k, "estWait": round(ew, 1),
+                                "actualWait": round(at - t0k, 1)})
         keys = [g[2] for g in group if g[2] in sched.workloads and g[2] not in sched.admitted]
         a = time.perf_counter()
-        # The range (two more forward runs) only where it is scored: at submission.
-        ranges = any(g[3] == "submission" for g in group)
+        # The range: with calibration, from the past errors; without, two more forward runs, only
+        # where it is scored (at submission).
+        ranges = not calibrate and any(g[3] == "submission" for g in group)
         est = estimate_starts(sched, t, model, keys=keys, horizon=eta.horizon, compress=eta.compress,
-                              ranges=ranges)
+                              ranges=ranges, also_started=calibrate)
+        if calibrate:
+            for k, e in est.items():
+                if e.start_at is None or k in first_est or k not in first_admit:
+                    continue
+                first_est[k] = (t, e.start_at - t, _cal_key(sched, k))
+                heapq.heappush(to_observe, (first_admit[k], k))
         b = time.perf_counter()
         if eta.runtime_model == "oracle":
             est_o = est
+        elif not eta.oracle_baseline:
+            est_o = {}
         else:
             est_o = estimate_starts(sched, t, oracle, keys=keys, horizon=eta.horizon, ranges=False,
                                     compress=eta.compress)
@@ -249,16 +284,21 @@ def eta_report(
         for _, _, key, point in group:
             act = actual[key]
             e = est.get(key)
-            ours.add(point, t, e.start_at if e else None, act, (e.early, e.late) if e else None)
+            m_est, m_rng = (e.start_at, (e.early, e.late)) if e and e.start_at is not None else (None, None)
+            if calibrate and m_est is not None:
+                raw.add(point, t, m_est, act, m_rng)
+                pt, lo, hi = cal.adjust(_cal_key(sched, key), m_est - t)
+                m_est, m_rng = t + pt, (t + lo, t + hi)
+            ours.add(point, t, m_est, act, m_rng)
             eo = est_o.get(key)
             orc.add(point, t, eo.start_at if eo else None, act)
             r_est = _rate_estimate(sched, key, t, admissions)
             rate.add(point, t, r_est, act)
             if eta.details:
-                details.append({"key": key, "point": point, "t": t, "actual": act,
-                                "model": e.start_at if e else None, "early": e.early if e else None,
-                                "late": e.late if e else None, "oracle": eo.start_at if eo else None,
-                                "rate": r_est})
+                details.append({"key": key, "point": point, "t": t, "actual": act, "model": m_est,
+                                "early": m_rng[0] if m_rng else None, "late": m_rng[1] if m_rng else None,
+                                "raw": e.start_at if e else None, "oracle": eo.start_at if eo else None,
+                                "rate": r_est, "cq": _cal_key(sched, key)})
     n = len(sampled)
     block = {"runtimeModel": eta.runtime_model, "sampled": K, "jobsWaited": len(waited),
              "jobsNeverAdmitted": len(never_admitted), "jobsSampled": n}
@@ -268,6 +308,9 @@ def eta_report(
     block["meanWaitSeconds"] = (sum(waits) / len(waits)) if waits else None
     block["baselines"] = {"rate": rate.block(n), "oracle": orc.block(n)}
     block["baselines"]["rate"]["windowSeconds"] = RATE_WINDOWS[0]
+    if calibrate:
+        block["calibration"] = {"observed": cal.observed, "coverageTarget": cal.coverage}
+        block["uncalibrated"] = raw.block(n)
     block["errorsSeconds"] = {
         "model": [round(x, 1) for x in ours.errors["submission"]],
         "rate": [round(x, 1) for x in rate.errors["submission"]],
@@ -275,9 +318,16 @@ def eta_report(
     }
     if eta.details:
         block["estimates"] = details
+        block["calibrationRecords"] = records
     block["wallTimeS"] = {"total": round(time.perf_counter() - t0, 3), "estimator": round(t_est, 3),
                           "oracle": round(t_oracle, 3), "estimatePoints": len({p[0] for p in points})}
     return block
+
+
+def _cal_key(sched, key: str) -> str:
+    """The calibration key of a job: its ClusterQueue."""
+    wl = sched.workloads.get(key)
+    return sched.cluster_queue_name(wl) if wl is not None else "?"
 
 
 def _rate_estimate(sched, key: str, t: float, admissions: dict[str, list[float]]) -> Optional[float]:

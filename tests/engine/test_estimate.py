@@ -267,3 +267,17 @@ def test_history_kaplan_meier_with_running_workloads():
     assert m.quantile(w1, 0.0, 0.5) == 40.0
     m.set_running([(w1, 45.0)] * 4)  # running longer than every finished run: beyond them, outrun
     assert m.quantile(w1, 45.0, 0.5) == 90.0
+
+
+def test_also_started_returns_the_other_pending_workloads_the_run_admitted():
+    s = sched_of(make_cq("a", [("a100", 1)]))
+    run_at(s, 0.0, wl("a", "r", 1, t=0))
+    run_at(s, 5.0, wl("a", "p1", 1, t=1), wl("a", "p2", 1, t=2), wl("a", "p3", 1, t=3))
+    m = oracle(**{key("a", "r"): 30.0, key("a", "p1"): 20.0, key("a", "p2"): 1.0, key("a", "p3"): 1.0})
+    only = estimate_starts(s, 5.0, m, keys=[key("a", "p2")])
+    assert set(only) == {key("a", "p2")}
+    est = estimate_starts(s, 5.0, m, keys=[key("a", "p2")], also_started=True)
+    # p1 started before p2 in the forward run; p3 (after it) was not simulated; r is running
+    assert set(est) == {key("a", "p1"), key("a", "p2")}
+    assert est[key("a", "p1")].start_at == 30.0 and est[key("a", "p1")].cq == "a"
+    assert est[key("a", "p2")].start_at == 50.0
