@@ -147,6 +147,7 @@ class Queue:
         self.cancelled: set[str] = set()  # uids a client cancelled
         self.lock = threading.Lock()
         self.counter = 0
+        self.errors: list[BaseException] = []  # raised in submitter threads: re-raised by join()
 
     def job(self, seconds: str = "") -> dict:
         """A short real job: records its pid and devices in marks/<uid>, then sleeps (0.2 s, one in
@@ -196,10 +197,13 @@ def _submitters(q: Queue, n_threads: int, per_thread: int) -> list[threading.Thr
     jobs = [[q.job() for _ in range(per_thread)] for _ in range(n_threads)]
 
     def run(batch):
-        with requests.Session() as s:
-            for req in batch:
-                if not q.submit(s, req):
-                    return
+        try:
+            with requests.Session() as s:
+                for req in batch:
+                    if not q.submit(s, req):
+                        return
+        except BaseException as exc:  # an assertion in a thread: pytest would only warn
+            q.errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(b,), daemon=True) for b in jobs]
     for t in threads:
@@ -207,13 +211,20 @@ def _submitters(q: Queue, n_threads: int, per_thread: int) -> list[threading.Thr
     return threads
 
 
+def _join(q: Queue, threads: list[threading.Thread]) -> None:
+    """Join the submitter threads; the first exception one of them raised is raised here."""
+    for t in threads:
+        t.join(30)
+    if q.errors:
+        raise q.errors[0]
+
+
 def burst_then_kill(q: Queue) -> None:
     """(a) Concurrent submissions through the REST API; SIGKILL at a random moment of the burst."""
     threads = _submitters(q, n_threads=4, per_thread=6)
     time.sleep(q.rng.uniform(0.0, 0.8))
     q.restart()
-    for t in threads:
-        t.join(30)
+    _join(q, threads)
 
 
 def drain_then_kill(q: Queue) -> None:
@@ -223,8 +234,7 @@ def drain_then_kill(q: Queue) -> None:
     # server dies before it even started it
     with requests.Session() as session:
         assert q.submit(session, q.job(seconds="3"))
-    for t in _submitters(q, n_threads=2, per_thread=6):
-        t.join(30)
+    _join(q, _submitters(q, n_threads=2, per_thread=6))
     kill_at = q.rng.uniform(0.1, 2.0)
     cancel_at = q.rng.uniform(0.0, kill_at)
     time.sleep(cancel_at)
