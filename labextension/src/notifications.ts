@@ -39,6 +39,9 @@ export function transitionMessage(
   }
   switch (w.state) {
     case 'Running':
+      if (lease) {
+        return null; // the notebook server the user just started holds them: no news
+      }
       return {
         type: 'info',
         text: `${what} ${key} started${count > 0 ? ' again' : ''}${flavorWords(w)}`
@@ -68,6 +71,7 @@ function flavorWords(w: IWorkload): string {
 /** Connect the notifications to `model`; returns the function that disconnects them. */
 export function watchJobTransitions(app: JupyterFrontEnd | null, model: QueueModel): () => void {
   const seen = new Map<string, ISeen>();
+  const watchingSince = Date.now();
   const record = (w: IWorkload) =>
     seen.set(workloadKey(w), { state: w.state, preemptions: preemptionsOf(w)?.count ?? 0 });
   for (const e of model.workloads) {
@@ -81,9 +85,13 @@ export function watchJobTransitions(app: JupyterFrontEnd | null, model: QueueMod
     if (!user || w.owner !== user) {
       return;
     }
-    if (!before && w.state !== 'Pending') {
-      // Never seen pending (e.g. it arrived while the list was loading): its start or end is
-      // news all the same; a brand-new pending submission is not.
+    if (!before) {
+      // Not in a list yet: a workload submitted before the page loaded (its event overtook
+      // the first list) is no news; one submitted since then (e.g. from the CLI) that already
+      // started or ended is. A brand-new pending submission is not.
+      if (w.state === 'Pending' || w.createdAt * 1000 < watchingSince) {
+        return;
+      }
       const msg = transitionMessage({ state: 'Pending', preemptions: 0 }, w);
       if (msg) {
         notify(app, msg, w);
