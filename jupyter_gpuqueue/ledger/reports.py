@@ -228,6 +228,17 @@ def team_report(intervals: Iterable[dict], since: float, until: float,
     return out
 
 
+def idle_reclaimed_by_team(reclaims: Iterable[dict], namespaces: Iterable[str] = ()) -> dict[str, dict]:
+    """GPU-hours reclaimed from idle notebooks per team: ``{namespace: {"idleReclaimedGpuHours",
+    "idleReclaims"}}`` summed over ``reclaims`` (``Ledger.idle_reclaims``: one row per notebook
+    lease released as idle, its ``gpuHours`` = GPU-equivalents × the time from the release to the
+    lease's scheduled end, service/idle.py). ``namespaces``: teams to list even without one."""
+    acc: dict[str, list[float]] = {ns: [] for ns in namespaces}
+    for r in reclaims:
+        acc.setdefault(r["namespace"], []).append(float(r["gpuHours"]))
+    return {ns: {"idleReclaimedGpuHours": _sum(v), "idleReclaims": len(v)} for ns, v in sorted(acc.items())}
+
+
 def idle_capacity(intervals: Iterable[dict], since: float, until: float, capacity: dict[str, float],
                   price_of) -> list[dict]:
     """GPU-hours of each flavor that nobody used over [since, until): ``[{"flavor",
@@ -346,7 +357,8 @@ CSV_COLUMNS = {
     "jobs": ["namespace", "name", "owner", "state", "flavors", "gpuHours", "costUsd", "firstStart", "lastEnd",
              "avgGpuUtilization", "uid"],
     "users": ["owner", "namespace", "jobs", "gpuHours", "costUsd"],
-    "teams": ["namespace", "month", "jobs", "gpuHours", "costUsd", "avgGpuUtilization", "budgetUsd", "topJobs"],
+    "teams": ["namespace", "month", "jobs", "gpuHours", "costUsd", "avgGpuUtilization", "budgetUsd", "topJobs",
+              "idleReclaimedGpuHours", "idleReclaims"],
     "flavors": ["flavor", "jobs", "gpuHours", "costUsd", "capacityGpuHours", "idleGpuHours", "idleCostUsd"],
     "months": ["month", "namespace", "jobs", "gpuHours", "costUsd"],
     "idle": ["flavor", "capacityGpus", "capacityGpuHours", "usedGpuHours", "idleGpuHours", "idleCostUsd",

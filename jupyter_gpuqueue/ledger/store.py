@@ -748,6 +748,53 @@ class Ledger:
             s.execute(insert(Setting).values(key=key, value=value, updated_at=at))
             return value
 
+    def put_setting(self, key: str, value: Any, *, at: float) -> None:
+        """Store (insert or replace) ``key`` = ``value`` (JSON) at ``at`` (seconds since the
+        epoch). ValidationError names ``key`` or ``value``."""
+        if not isinstance(key, str) or not key or len(key) > 128:
+            raise ValidationError("must be a non-empty string of at most 128 characters", field="key")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValidationError(f"must be JSON-serialisable: {e}", field="value") from None
+        at = _num(at, "at")
+        with self._scope(write=True) as s:
+            if s.get(Setting, key) is None:
+                s.execute(insert(Setting).values(key=key, value=value, updated_at=at))
+            else:
+                s.execute(update(Setting).where(Setting.key == key).values(value=value, updated_at=at))
+
+    def delete_setting(self, key: str) -> bool:
+        """Forget ``key``; False if it was not stored."""
+        with self._scope(write=True) as s:
+            return (s.execute(delete(Setting).where(Setting.key == str(key))).rowcount or 0) > 0
+
+    def settings_with_prefix(self, prefix: str) -> dict[str, dict]:
+        """``{key: {"value", "updatedAt"}}`` of the stored keys starting with ``prefix``."""
+        q = select(Setting.key, Setting.value, Setting.updated_at).where(Setting.key.startswith(str(prefix), autoescape=True))
+        with self._scope() as s:
+            return {r.key: {"value": r.value, "updatedAt": r.updated_at} for r in s.execute(q)}
+
+    def idle_reclaims(self, since: Optional[float] = None, until: Optional[float] = None) -> list[dict]:
+        """Notebook leases released as idle (reason ``IdleReclaimed``, service/idle.py) whose
+        release (``finished_at``) falls in [``since``, ``until``): ``[{"uid", "namespace", "name",
+        "owner", "at", "gpuHours"}]`` by release time, ``gpuHours`` from the record's
+        ``run.idleReclaimed``."""
+        q = (select(WorkloadRow.uid, WorkloadRow.namespace, WorkloadRow.name, WorkloadRow.owner,
+                    WorkloadRow.finished_at, WorkloadRow.run)
+             .where(WorkloadRow.reason == "IdleReclaimed").order_by(WorkloadRow.finished_at))
+        if since is not None:
+            q = q.where(WorkloadRow.finished_at >= _num(since, "since"))
+        if until is not None:
+            q = q.where(WorkloadRow.finished_at < _num(until, "until"))
+        out = []
+        with self._scope() as s:
+            for r in s.execute(q):
+                info = (r.run or {}).get("idleReclaimed") or {}
+                out.append({"uid": r.uid, "namespace": r.namespace, "name": r.name, "owner": r.owner,
+                            "at": r.finished_at, "gpuHours": float(info.get("gpuHours") or 0.0)})
+        return out
+
     def add_utilization_samples(self, samples: Iterable[tuple[str, str, float, float]]) -> int:
         """Append NVML samples ``(workload_uid, device, at, percent)``; returns how many. Raises
         ValidationError(field="percent") for a value outside 0-100."""

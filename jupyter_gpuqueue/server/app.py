@@ -443,6 +443,21 @@ class GpuQueueApp(ExtensionApp):
         came from NVML); the reports' average utilization comes from them.""",
     ).tag(config=True)
 
+    idle_policy = Dict(
+        {},
+        help="""Idle notebook GPU reclaim (docs/hub.md, "Idle notebook GPU reclaim"), the default
+        policy of every team without one set by an admin: {"idleTimeoutSeconds": int ≥
+        idle_timeout_minimum_seconds or None (off), "warnSeconds": 600, "maxKeeps": 3,
+        "utilizationBelowPercent": 5 or None}; fields left out take these values. Off by
+        default. Acts on notebook leases of the hub service (which reads activity from the Hub).""",
+    ).tag(config=True)
+
+    idle_timeout_minimum_seconds = Int(
+        300,
+        help="""The smallest idleTimeoutSeconds an idle policy may have (the Hub learns of a
+        server's activity every JUPYTERHUB_ACTIVITY_INTERVAL, 300 s by default).""",
+    ).tag(config=True)
+
     metrics_token = Unicode(
         None,
         allow_none=True,
@@ -529,6 +544,7 @@ class GpuQueueApp(ExtensionApp):
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)
             service.estimates.min_interval = float(self.estimate_min_interval)
             self._use_stored_config(service)
+            service.idle.configure(dict(self.idle_policy), minimum_timeout=self.idle_timeout_minimum_seconds)
             if mode == "hub-service":
                 self._use_hub_teams(service)
         except GpuQueueError as e:
@@ -559,6 +575,11 @@ class GpuQueueApp(ExtensionApp):
     def _use_hub_teams(self, service) -> None:
         """hub-service mode: enforce custom scopes (settings) and map hub groups to teams."""
         service.mode = "hub-service"
+        if os.environ.get("JUPYTERHUB_API_URL") and os.environ.get("JUPYTERHUB_API_TOKEN"):
+            from ..service.idle import HubActivity  # idle notebook reclaim reads the servers' activity
+
+            service.idle.activity_source = HubActivity(os.environ["JUPYTERHUB_API_URL"],
+                                                       os.environ["JUPYTERHUB_API_TOKEN"], log=self.log)
         groups = HubGroups()
         self.settings[HUB_GROUPS_KEY] = groups
         if self.group_local_queues:

@@ -20,6 +20,7 @@ or reset at a restart. Names follow Kueue's (``pkg/metrics/metrics.go``) where o
 ``gpuqueue_team_cost_usd``                  gauge      namespace (this UTC month, to date)
 ``gpuqueue_team_budget_usd``                gauge      namespace (monthly budget)
 ``gpuqueue_budget_held_workloads``          gauge      namespace (pending, reason BudgetExceeded)
+``gpuqueue_idle_reclaimed_gpu_hours``       gauge      namespace (idle notebooks released this UTC month)
 ``gpuqueue_flavor_capacity_gpus``           gauge      flavor (GPU-equivalents in the inventory)
 ``gpuqueue_flavor_idle_gpu_hours``          gauge      flavor (this UTC month, to date)
 ``gpuqueue_flavor_idle_cost_usd``           gauge      flavor (this UTC month, to date)
@@ -249,6 +250,13 @@ class QueueCollector:
             for ns, b in sorted(service.budgets.all().items()):
                 budget.add_metric([ns], b.monthly_usd)
         yield budget
+
+        reclaimed = GaugeMetricFamily("gpuqueue_idle_reclaimed_gpu_hours", "GPU-hours reclaimed from idle notebook "
+                                      "leases of a team (namespace) released in the current UTC month (service/idle.py)",
+                                      labels=["namespace"])
+        for ns, r in reports.idle_reclaimed_by_team(ledger.idle_reclaims(since, until), teams).items():
+            reclaimed.add_metric([ns], r["idleReclaimedGpuHours"])
+        yield reclaimed
 
         hold = GaugeMetricFamily("gpuqueue_budget_held_workloads", "Pending workloads held because their "
                                  "team's hard budget is spent (reason BudgetExceeded)", labels=["namespace"])

@@ -419,6 +419,9 @@ class Admission:
         elif rec["state"] == CANCELLED:
             # Cancelled by the user earlier: the row is final; only release what the process held.
             state = CANCELLED
+        elif stop_reason == "IdleReclaimed" and rec["state"] != CANCELLED:
+            # An idle notebook lease released (service/idle.py): it ends as at its end, reason kept.
+            reason, message = stop_reason, rec.get("message") or message
         elif stop_reason == "MaximumExecutionTimeExceeded":
             state, reason = FAILED, stop_reason
             message = f"exceeded its maximum run time of {rec['spec'].get('maxRuntimeSeconds')} s"

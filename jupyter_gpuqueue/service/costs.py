@@ -402,7 +402,10 @@ class Costs:
                 teams = {namespace}
             items = reports.team_report(ivs, since, end, self.ledger.utilization(since, until), teams)
             budgets = self.budgets.all() if self.budgets is not None else {}
+            # GPU-hours reclaimed from idle notebooks (service/idle.py), released in the period
+            reclaimed = reports.idle_reclaimed_by_team(self.ledger.idle_reclaims(since, until))
             for t in items:
+                t.update(reclaimed.get(t["namespace"], {"idleReclaimedGpuHours": 0.0, "idleReclaims": 0}))
                 b = budgets.get(t["namespace"])
                 t["month"] = label
                 t["budgetUsd"] = b.monthly_usd if b else None

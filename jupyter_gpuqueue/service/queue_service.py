@@ -48,6 +48,7 @@ from .configuration import Configuration
 from .costs import Costs
 from .estimates import Estimates
 from .events import EventHub
+from .idle import IdleReclaim
 from .intake import Intake
 from .live import LiveConfig, LiveState, engine_workload
 from .logs import Logs
@@ -156,6 +157,9 @@ class QueueService:
         self.estimates = Estimates(conf, live, ledger, self.checks, self.costs, self.events, self.log,
                                    delegated=self.delegated)
         self.views.estimates = self.estimates
+        # Idle notebook GPU reclaim (service/idle.py): off until a team's policy turns it on.
+        self.idle = IdleReclaim(conf, live, ledger, backend, self.billing, self.costs, self.events, wake, self.log)
+        self.views.idle = self.idle
         self.admission.on_finished = self.estimates.observe_finished
 
     # -- attributes kept where the collaborators share them (``_kept_in``) --------------------------------
@@ -254,6 +258,9 @@ class QueueService:
 
     def tick(self) -> None:
         """One pass of the loop: reap finished jobs, enforce run-time limits, schedule."""
+        # Idle notebook leases (service/idle.py): warnings and releases, before the poll so that a
+        # lease released now is reaped, and its GPUs given to the next workload, in this pass.
+        self.idle.idle_tick(self.conf.clock())
         statuses = self.backend.poll()
         # After the poll: a job that ended meanwhile has a finish time before this tick's
         # decisions (its devices are not given to another job "before" it ended).
@@ -371,6 +378,11 @@ class QueueService:
     def prices_view(self) -> dict:
         """:meth:`Views.prices_view`."""
         return self.views.prices_view()
+
+    def keep_gpu(self, namespace: str, name: str, *, user: str) -> dict:
+        """:meth:`IdleReclaim.keep`, answering the lease's view."""
+        self.idle.keep(namespace, name, user=user)
+        return self.views.view(self.live.record(namespace, name))
 
     # -- logs ----------------------------------------------------------------------------------------
     def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:

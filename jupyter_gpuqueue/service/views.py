@@ -99,6 +99,7 @@ class Views:
 
     mode = "standalone"
     estimates = None  # service/estimates.py's Estimates (QueueService sets it): the view's estimate fields
+    idle = None  # service/idle.py's IdleReclaim (QueueService sets it): idleDeadline, idleKeepsLeft
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", inventory: "Inventory",
                  teams: "Teams", billing: "Billing", checks: "RequestChecks", *, delegated: bool,
@@ -439,6 +440,7 @@ class Views:
             "visibleDevices": ",".join(devices) if adm else None,
             "kind": spec.get("kind") or "Job",
             "evictionDeadline": (rec.get("run") or {}).get("evictionDeadline") if state == RUNNING else None,
+            **(self.idle.fields(rec) if self.idle is not None else {"idleDeadline": None, "idleKeepsLeft": None}),
             "command": spec["command"],
             "workingDir": spec["workingDir"],
             "maxRuntimeSeconds": max_rt,

@@ -1,0 +1,511 @@
+"""Idle notebook GPU reclaim: a notebook lease nobody uses gives its GPUs back, after a warning.
+
+A running lease (kind ``NotebookLease``, backends/lease.py) of a team whose idle policy is on is
+**idle** when its server has had no kernel execution and no user activity for
+``idleTimeoutSeconds`` and, where NVML answers (``Costs.utilization_sampler``), none of its GPUs
+was at or above ``utilizationBelowPercent`` meanwhile. Then:
+
+1. **Warning.** The lease's view gets ``idleDeadline`` (seconds since the epoch: now +
+   ``warnSeconds``), persisted in its run record (``run.idle``) so that a restart keeps the same
+   deadline; JupyterLab shows a countdown with a "Keep my GPU" button.
+2. **Keep.** The owner's ``POST workloads/{ns}/{name}/keep-gpu`` restarts the idle clock, at most
+   ``maxKeeps`` times per lease (409 when no warning runs or no keep is left). New activity (a
+   kernel execution, a request to the server) also ends the warning and restarts the clock.
+3. **Release.** At the deadline the lease is released through the path of a lease's end
+   (``backend.stop`` with no grace; the loop is woken, so the GPUs go to the next workload in the
+   same tick): it ends Succeeded with reason ``IdleReclaimed``, the spawner's lease watch stops
+   the notebook server, and its record keeps ``run.idleReclaimed = {"at", "gpuHours",
+   "idleSince"}``.
+
+**GPU-hours reclaimed** of one release = the lease's GPU-equivalents (a MIG slice as its share of
+the GPU) × the time from the release to the lease's scheduled end (``startedAt`` +
+``maxRuntimeSeconds``, its maximum lease time): the GPU time the idle server would have held at
+most, now free for other work. A lease without a maximum lease time counts 0. Costs' teams report
+(``idleReclaimedGpuHours``) and Prometheus (``gpuqueue_idle_reclaimed_gpu_hours``) sum it from the
+ledger (``Ledger.idle_reclaims``).
+
+**Activity** comes from an *activity source* (the seam tests replace): an async callable given the
+owners of the running leases and answering ``{user: last activity}`` (seconds since the epoch;
+absent: unknown). :class:`HubActivity` reads it from the JupyterHub API (the users' servers'
+``last_activity``: jupyterhub-singleuser reports kernel executions and requests every
+``JUPYTERHUB_ACTIVITY_INTERVAL``, 300 s by default; the service's token needs
+``read:users:activity`` and ``read:servers``). It is read every ``poll_interval`` seconds off the
+scheduling pass (tornado's AsyncHTTPClient, never blocking the loop). Nothing is warned or
+released while the activity is unknown or older than ``stale_after`` seconds (the hub was
+unreachable, the service just restarted): no lease is reclaimed on stale information. A user with
+several servers counts the most recent activity of any of them.
+
+**Policy** per team (namespace): ``{"idleTimeoutSeconds": int ≥ minimum_timeout or null (off),
+"warnSeconds": int, "maxKeeps": int, "utilizationBelowPercent": number or null (no GPU check)}``,
+set by admins (``PUT admin/idle-policy/{namespace}``, audited, stored in the ledger's settings
+table under ``idlePolicy/<namespace>``); teams without one follow ``default_policy``
+(``c.GpuQueueApp.idle_policy``; off unless set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Optional
+from urllib.parse import quote
+
+from ..errors import Conflict, Forbidden, NotFound, ValidationError
+from .states import RUNNING, is_lease
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..ledger import Ledger
+    from .billing import Billing
+    from .costs import Costs
+    from .events import EventHub
+    from .live import LiveConfig, LiveState
+
+IDLE_RECLAIMED = "IdleReclaimed"
+"""The reason (and ``live.stopping`` marker) of a lease released as idle."""
+
+SETTING_PREFIX = "idlePolicy/"
+
+POLICY_FIELDS = ("idleTimeoutSeconds", "warnSeconds", "maxKeeps", "utilizationBelowPercent")
+DEFAULT_POLICY = {"idleTimeoutSeconds": None, "warnSeconds": 600, "maxKeeps": 3, "utilizationBelowPercent": 5}
+MINIMUM_TIMEOUT_SECONDS = 300
+
+ActivitySource = Callable[[list[str]], Awaitable[dict[str, float]]]
+
+
+def _int_field(data: dict, name: str, lo: int, hi: int) -> int:
+    v = data[name]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise ValidationError(f"must be a whole number of {'seconds' if 'Seconds' in name else 'times'}, got {v!r}", name)
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValidationError(f"must be between {lo} and {hi}, got {v}", name)
+    return v
+
+
+def parse_policy(data: Any, *, base: Optional[dict] = None, minimum_timeout: int = MINIMUM_TIMEOUT_SECONDS) -> dict:
+    """A validated policy from ``data`` (a JSON object; fields it leaves out come from ``base``,
+    else :data:`DEFAULT_POLICY`). ValidationError names the field and the reason; nothing else is
+    accepted."""
+    if not isinstance(data, dict):
+        raise ValidationError(f"must be a JSON object, got {type(data).__name__}", "body")
+    unknown = sorted(set(data) - set(POLICY_FIELDS))
+    if unknown:
+        raise ValidationError(f"unknown field; expected some of {', '.join(POLICY_FIELDS)}", unknown[0])
+    merged = {**DEFAULT_POLICY, **(base or {}), **data}
+    out: dict = {}
+    if merged["idleTimeoutSeconds"] is None:
+        out["idleTimeoutSeconds"] = None
+    else:
+        out["idleTimeoutSeconds"] = _int_field(merged, "idleTimeoutSeconds", int(minimum_timeout), 30 * 86400)
+    out["warnSeconds"] = _int_field(merged, "warnSeconds", 1, 86400)
+    out["maxKeeps"] = _int_field(merged, "maxKeeps", 0, 1000)
+    u = merged["utilizationBelowPercent"]
+    if u is not None:
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) or not 0 < u <= 100:
+            raise ValidationError(f"must be a percentage above 0 and at most 100, or null (no GPU check), got {u!r}",
+                                  "utilizationBelowPercent")
+        u = float(u) if not float(u).is_integer() else int(u)
+    out["utilizationBelowPercent"] = u
+    return out
+
+
+def parse_timestamp(text: Any) -> Optional[float]:
+    """JupyterHub's ISO 8601 time (``2026-11-03T10:00:00.123456Z``) as seconds since the epoch;
+    None for None or text that is not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class HubActivity:
+    """The activity source of the hub service: ``GET {api_url}users/{name}`` for each owner, the
+    most recent ``last_activity`` of the user's servers (the user's own ``last_activity`` when the
+    token may not read servers). ``api_url``: ``$JUPYTERHUB_API_URL`` with a trailing ``/``;
+    ``token``: the service's ``$JUPYTERHUB_API_TOKEN`` (scopes ``read:users:activity``,
+    ``read:servers``). A user the hub does not answer for is left out (unknown)."""
+
+    def __init__(self, api_url: str, token: str, *, timeout: float = 10.0, log: Optional[logging.Logger] = None):
+        self.api_url = api_url.rstrip("/") + "/"
+        self.token = token
+        self.timeout = timeout
+        self.log = log or logging.getLogger("jupyter_gpuqueue")
+        self._warned_scope = False
+
+    async def _one(self, user: str) -> Optional[float]:
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        try:
+            resp = await AsyncHTTPClient().fetch(
+                f"{self.api_url}users/{quote(user, safe='')}",
+                headers={"Authorization": f"token {self.token}", "Accept": "application/json"},
+                request_timeout=self.timeout)
+        except HTTPClientError as e:
+            self.log.warning("gpuqueue: idle reclaim cannot read %s's activity from the hub: %s", user, e)
+            return None
+        except OSError as e:
+            self.log.warning("gpuqueue: idle reclaim cannot reach the hub API at %s: %s", self.api_url, e)
+            return None
+        model = json.loads(resp.body or b"{}")
+        servers = model.get("servers")
+        if isinstance(servers, dict) and servers:
+            times = [parse_timestamp(s.get("last_activity")) for s in servers.values() if isinstance(s, dict)]
+            times = [t for t in times if t is not None]
+            if times:
+                return max(times)
+        elif servers is None and not self._warned_scope:
+            self._warned_scope = True
+            self.log.warning("gpuqueue: the hub does not show users' servers to the queue service; give its "
+                             "role the scope read:servers (the user's last activity is used instead)")
+        return parse_timestamp(model.get("last_activity"))
+
+    async def __call__(self, users: list[str]) -> dict[str, float]:
+        results = await asyncio.gather(*(self._one(u) for u in users))
+        return {u: t for u, t in zip(users, results) if t is not None}
+
+
+class IdleReclaim:
+    """See the module docstring.
+
+    Collaborators: ``conf`` (clock, prices), ``live`` (records, what is being stopped), the
+    ``ledger`` (policies, run records), the ``backend`` (releases the lease), ``billing`` (a
+    lease's GPU-equivalents), ``costs`` (whether NVML answers), ``events`` and ``wake``.
+    Settings: ``default_policy``, ``minimum_timeout``, ``activity_source`` (None: off; the hub
+    service sets :class:`HubActivity`), ``poll_interval`` and ``stale_after`` (seconds)."""
+
+    def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", backend: "Backend",
+                 billing: "Billing", costs: "Costs", events: "EventHub", wake: Callable[[], None],
+                 log: logging.Logger):
+        self.conf = conf
+        self.live = live
+        self.ledger = ledger
+        self.backend = backend
+        self.billing = billing
+        self.costs = costs
+        self.events = events
+        self.wake = wake
+        self.log = log
+        self.default_policy: dict = dict(DEFAULT_POLICY)
+        self.minimum_timeout = MINIMUM_TIMEOUT_SECONDS
+        self.activity_source: Optional[ActivitySource] = None
+        self.poll_interval = 30.0
+        self.stale_after: Optional[float] = None  # None: 3 × poll_interval, at least 90 s
+        self._activity: dict[str, tuple[float, float]] = {}  # user -> (last activity, read at)
+        self._busy: dict[str, tuple[Optional[float], float]] = {}  # uid -> (last busy sample, checked at)
+        self._policies: Optional[dict[str, dict]] = None  # namespace -> stored policy (cache)
+        self._refreshing = False
+        self._refreshed_mono = -math.inf
+        self._checked_at = -math.inf
+
+    # -- policies -----------------------------------------------------------------------------------
+
+    def configure(self, default_policy: Optional[dict] = None, *, minimum_timeout: Optional[int] = None) -> None:
+        """The default policy (``c.GpuQueueApp.idle_policy``; validated, ValidationError naming the
+        field) and the smallest ``idleTimeoutSeconds`` admins may set."""
+        if minimum_timeout is not None:
+            if isinstance(minimum_timeout, bool) or not isinstance(minimum_timeout, int) or minimum_timeout < 1:
+                raise ValidationError(f"must be a whole number of seconds ≥ 1, got {minimum_timeout!r}",
+                                      "idle_timeout_minimum_seconds")
+            self.minimum_timeout = minimum_timeout
+        if default_policy is not None:
+            self.default_policy = parse_policy(default_policy, minimum_timeout=self.minimum_timeout)
+
+    def stored_policies(self) -> dict[str, dict]:
+        if self._policies is None:
+            rows = self.ledger.settings_with_prefix(SETTING_PREFIX)
+            self._policies = {k[len(SETTING_PREFIX):]: {**r["value"], "updatedAt": r["updatedAt"]}
+                              for k, r in rows.items() if isinstance(r["value"], dict)}
+        return self._policies
+
+    def policy(self, namespace: str) -> dict:
+        """The policy in force for ``namespace`` (its stored one, else the default)."""
+        stored = self.stored_policies().get(namespace)
+        if stored is None:
+            return self.default_policy
+        return {k: stored.get(k, self.default_policy[k]) for k in POLICY_FIELDS}
+
+    def teams(self) -> list[str]:
+        return sorted({lq.namespace for lq in self.conf.config.local_queues.values()})
+
+    def policies_view(self) -> dict:
+        """``{"default", "minimumTimeoutSeconds", "teams": [{"namespace", "policy", "stored",
+        "updatedAt", "updatedBy"}]}`` (every team of the configuration)."""
+        stored = self.stored_policies()
+        teams = []
+        for ns in sorted(set(self.teams()) | set(stored)):
+            s = stored.get(ns)
+            teams.append({"namespace": ns, "policy": self.policy(ns), "stored": s is not None,
+                          "updatedAt": s.get("updatedAt") if s else None, "updatedBy": s.get("updatedBy") if s else None})
+        return {"default": dict(self.default_policy), "minimumTimeoutSeconds": self.minimum_timeout, "teams": teams}
+
+    def _check_team(self, namespace: str) -> None:
+        if namespace not in self.teams():
+            raise NotFound(f"no team (LocalQueue namespace) {namespace!r}; teams: {', '.join(self.teams())}",
+                           "namespace")
+
+    def set_policy(self, namespace: str, data: Any, *, actor: str) -> dict:
+        """Admin: validate and store ``namespace``'s policy (audited); answers :meth:`policies_view`.
+        NotFound naming ``namespace`` for a namespace that is no team; ValidationError naming the
+        field (nothing stored)."""
+        self._check_team(namespace)
+        policy = parse_policy(data, base=self.default_policy, minimum_timeout=self.minimum_timeout)
+        before = self.policy(namespace)
+        now = self.conf.clock()
+        with self.ledger.transaction():
+            self.ledger.put_setting(SETTING_PREFIX + namespace, {**policy, "updatedBy": actor}, at=now)
+            self.ledger.add_audit(actor=actor, operation="set-idle-policy", target=f"namespace/{namespace}",
+                                  before=before, after=policy, at=now)
+        self._policies = None
+        self.policy_changed()
+        return self.policies_view()
+
+    def delete_policy(self, namespace: str, *, actor: str) -> dict:
+        """Admin: forget ``namespace``'s stored policy (the default applies again; audited)."""
+        self._check_team(namespace)
+        before = self.policy(namespace)
+        now = self.conf.clock()
+        with self.ledger.transaction():
+            if self.ledger.delete_setting(SETTING_PREFIX + namespace):
+                self.ledger.add_audit(actor=actor, operation="delete-idle-policy", target=f"namespace/{namespace}",
+                                      before=before, after=dict(self.default_policy), at=now)
+        self._policies = None
+        self.policy_changed()
+        return self.policies_view()
+
+    def policy_changed(self) -> None:
+        """Re-check the running leases now (a policy turned off ends their warnings)."""
+        self._checked_at = -math.inf
+        self.wake()
+
+    # -- activity -----------------------------------------------------------------------------------
+
+    def running_leases(self) -> list[dict]:
+        out = []
+        for uid in self.backend.running():  # O(running), not O(every tracked workload)
+            rec = self.live.records.get(uid)
+            if rec is not None and rec["state"] == RUNNING and is_lease(rec):
+                out.append(rec)
+        return out
+
+    async def refresh(self) -> None:
+        """Read the activity of the owners of the running leases whose team's policy is on."""
+        source = self.activity_source
+        if source is None:
+            return
+        self._refreshing = True
+        try:
+            users = sorted({r["owner"] for r in self.running_leases()
+                            if self.policy(r["namespace"])["idleTimeoutSeconds"] is not None})
+            if not users:
+                return
+            found = await source(users)
+        except Exception:  # logged; the leases are not reclaimed on stale information
+            self.log.warning("gpuqueue: idle reclaim could not read activity", exc_info=True)
+            return
+        finally:
+            self._refreshing = False
+        now = self.conf.clock()
+        for user, at in found.items():
+            self.note_activity(user, at, now)
+        self._checked_at = -math.inf
+        self.wake()
+
+    def note_activity(self, user: str, at: Optional[float], read_at: Optional[float] = None) -> None:
+        """``user``'s last activity (seconds since the epoch) as read at ``read_at`` (now)."""
+        read_at = self.conf.clock() if read_at is None else read_at
+        if at is not None:
+            self._activity[user] = (float(at), read_at)
+
+    def _schedule_refresh(self) -> None:
+        if self.activity_source is None or self._refreshing:
+            return
+        mono = time.monotonic()
+        if mono - self._refreshed_mono < self.poll_interval:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # a test ticking without a loop calls refresh() itself
+        self._refreshed_mono = mono
+        self._refreshing = True
+        loop.create_task(self.refresh(), name="gpuqueue-idle-activity")
+
+    def _stale_after(self) -> float:
+        return self.stale_after if self.stale_after is not None else max(90.0, 3 * self.poll_interval)
+
+    def _busy_since(self, rec: dict, since: float, threshold: Optional[float], now: float) -> Optional[float]:
+        """The time of the lease's last NVML sample at or above ``threshold`` % after ``since``
+        (None: none, or NVML does not answer); looked up at most once per sampling interval."""
+        if threshold is None or self.costs.utilization_sampler is None:
+            return None
+        uid = rec["uid"]
+        cached = self._busy.get(uid)
+        if cached is not None and now - cached[1] < self.costs.utilization_interval:
+            return cached[0] if cached[0] is not None and cached[0] > since else None
+        busy = [s["at"] for s in self.ledger.utilization_samples(uid, limit=2000)
+                if s["at"] > since and s["percent"] >= threshold]
+        at = max(busy) if busy else None
+        self._busy[uid] = (at, now)
+        return at
+
+    # -- the pass -----------------------------------------------------------------------------------
+
+    def idle_tick(self, now: float) -> None:
+        """Called by the service's tick: schedule an activity read when due; at most once a
+        second (and after any change), start, end or act on the warnings."""
+        self._schedule_refresh()
+        if now - self._checked_at < 1.0:
+            return
+        self._checked_at = now
+        for rec in self.running_leases():
+            if rec["uid"] in self.live.stopping:
+                continue  # being released already (preempted, cancelled, its time is over)
+            if (rec.get("run") or {}).get("idleReclaimed"):
+                # released before a restart that came before its end was recorded: release it again
+                self.live.stopping[rec["uid"]] = IDLE_RECLAIMED
+                self.backend.stop(rec["uid"], rec.get("message") or "idle notebook reclaim", 0.0)
+                self.wake()
+                continue
+            self._check(rec, now)
+
+    def _idle_state(self, rec: dict) -> dict:
+        return dict((rec.get("run") or {}).get("idle") or {})
+
+    def _save_idle(self, rec: dict, idle: dict, **fields) -> None:
+        run = {**(rec.get("run") or {}), "idle": idle}
+        self.ledger.update_workload(rec["uid"], run=run, **fields)
+        rec["run"] = run
+        rec.update(fields)
+
+    def idle_since(self, rec: dict, idle: dict) -> Optional[float]:
+        """Since when the lease counts as idle by what is known (start, keep, activity), None when
+        its owner's activity is unknown."""
+        act = self._activity.get(rec["owner"])
+        if act is None:
+            return None
+        return max(float(rec.get("started_at") or 0.0), float(idle.get("keptAt") or 0.0), act[0])
+
+    def _check(self, rec: dict, now: float) -> None:
+        policy = self.policy(rec["namespace"])
+        idle = self._idle_state(rec)
+        warned = idle.get("deadline") is not None
+        timeout = policy["idleTimeoutSeconds"]
+        if timeout is None:
+            if warned:  # the policy was turned off meanwhile
+                self._end_warning(rec, idle)
+            return
+        act = self._activity.get(rec["owner"])
+        if act is None or now - act[1] > self._stale_after():
+            return  # unknown or stale activity: never warn or release on it
+        since = self.idle_since(rec, idle)
+        busy = self._busy_since(rec, since, policy["utilizationBelowPercent"], now) if now - since >= timeout else None
+        if busy is not None:
+            since = busy
+        if warned and since > float(idle["warnedAt"]):
+            self._end_warning(rec, idle)  # activity (or GPU work) after the warning began
+            return
+        if not warned:
+            if now - since >= timeout:
+                idle.update(warnedAt=now, deadline=now + policy["warnSeconds"], idleSince=since)
+                self._save_idle(rec, idle)
+                self.log.info("gpuqueue: notebook lease %s/%s of %s idle since %.0f s: released at %.0f unless kept",
+                              rec["namespace"], rec["name"], rec["owner"], now - since, idle["deadline"])
+                self.events.emit_workload(rec["uid"])
+            return
+        if now >= float(idle["deadline"]):
+            self.reclaim(rec, now, idle, since)
+
+    def _end_warning(self, rec: dict, idle: dict) -> None:
+        for k in ("warnedAt", "deadline", "idleSince"):
+            idle.pop(k, None)
+        self._save_idle(rec, idle)
+        self.events.emit_workload(rec["uid"])
+
+    def gpu_equivalents(self, rec: dict) -> float:
+        adm = rec.get("admission")
+        if not adm:
+            return 0.0
+        return sum(self.conf.prices.gpu_equivalent(r, q) for _f, r, q in self.billing.billable_json(adm, rec["spec"]))
+
+    def reclaimed_gpu_hours(self, rec: dict, at: float) -> float:
+        """GPU-equivalents × hours from ``at`` to the lease's scheduled end (module docstring)."""
+        limit = rec["spec"].get("maxRuntimeSeconds")
+        started = rec.get("started_at")
+        if not limit or not started:
+            return 0.0
+        return self.gpu_equivalents(rec) * max(0.0, float(started) + float(limit) - at) / 3600.0
+
+    def reclaim(self, rec: dict, now: float, idle: dict, since: float) -> None:
+        """Release the lease now (as at its end); its GPUs go to the next workload in this tick."""
+        uid = rec["uid"]
+        hours = self.reclaimed_gpu_hours(rec, now)
+        minutes = max(0.0, now - since) / 60.0
+        message = (f"released after {minutes:.0f} min without kernel execution or activity (idle notebook "
+                   f"reclaim); {hours:.2f} GPU-hours freed for others")
+        run = {**(rec.get("run") or {}), "idle": idle,
+               "idleReclaimed": {"at": now, "gpuHours": round(hours, 6), "idleSince": since}}
+        self.ledger.update_workload(uid, run=run, message=message)
+        rec.update(run=run, message=message)
+        self.live.stopping[uid] = IDLE_RECLAIMED
+        self.backend.stop(uid, message, 0.0)
+        self.log.info("gpuqueue: idle notebook lease %s/%s of %s released (%.2f GPU-hours reclaimed)",
+                      rec["namespace"], rec["name"], rec["owner"], hours)
+        self.events.emit_workload(uid)
+        self.wake()  # reaped and rescheduled at once: the GPUs go to the next workload now
+
+    # -- the owner's keep ---------------------------------------------------------------------------
+
+    def keep(self, namespace: str, name: str, *, user: str) -> dict:
+        """The owner keeps an idle-warned lease: the idle clock restarts (at most ``maxKeeps``
+        times). NotFound; Forbidden (not the owner); Conflict when no warning runs or no keep is
+        left. Returns the idle fields after the keep."""
+        rec = self.live.record(namespace, name)
+        if rec["owner"] != user:
+            raise Forbidden(f"workload {namespace}/{name} belongs to {rec['owner']}", "name")
+        if not is_lease(rec) or rec["state"] != RUNNING or rec["uid"] in self.live.stopping:
+            raise Conflict(f"{namespace}/{name} is not a running notebook lease", "name")
+        idle = self._idle_state(rec)
+        if idle.get("deadline") is None:
+            raise Conflict(f"no idle warning is running for {namespace}/{name}", "name")
+        policy = self.policy(namespace)
+        used = int(idle.get("keepsUsed") or 0)
+        if used >= policy["maxKeeps"]:
+            raise Conflict(f"no keeps left for {namespace}/{name}: {used} of {policy['maxKeeps']} used", "name")
+        now = self.conf.clock()
+        for k in ("warnedAt", "deadline", "idleSince"):
+            idle.pop(k, None)
+        idle.update(keepsUsed=used + 1, keptAt=now)
+        self._save_idle(rec, idle)
+        self.log.info("gpuqueue: %s kept the GPU of idle lease %s/%s (%d of %d keeps used)",
+                      user, namespace, name, used + 1, policy["maxKeeps"])
+        self.events.emit_workload(rec["uid"])
+        return self.fields(rec)
+
+    # -- the view's fields --------------------------------------------------------------------------
+
+    def fields(self, rec: dict) -> dict:
+        """``idleDeadline`` (while a warning runs) and ``idleKeepsLeft`` (a running lease of a team
+        whose policy is on), else null."""
+        if rec["state"] != RUNNING or not is_lease(rec):
+            return {"idleDeadline": None, "idleKeepsLeft": None}
+        policy = self.policy(rec["namespace"])
+        if policy["idleTimeoutSeconds"] is None:
+            return {"idleDeadline": None, "idleKeepsLeft": None}
+        idle = self._idle_state(rec)
+        return {"idleDeadline": idle.get("deadline"),
+                "idleKeepsLeft": max(0, policy["maxKeeps"] - int(idle.get("keepsUsed") or 0))}
+
+    # -- reports ------------------------------------------------------------------------------------
+
+    def reclaimed_by_team(self, since: Optional[float] = None, until: Optional[float] = None,
+                          namespaces: Iterable[str] = ()) -> dict[str, dict]:
+        """:func:`ledger.reports.idle_reclaimed_by_team` of the ledger's reclaims in the period."""
+        from ..ledger import reports
+
+        return reports.idle_reclaimed_by_team(self.ledger.idle_reclaims(since, until), namespaces)
