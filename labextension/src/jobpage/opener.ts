@@ -78,3 +78,52 @@ class CloneHub {
 
 /** Listen with `formPrefillRequested.requested.connect((_, r) => …)`. */
 export const formPrefillRequested = new CloneHub();
+
+/** The submit form's fields (SubmitForm.tsx state, all strings) for a cloned request. */
+export interface ICloneFormFields {
+  mode: 'command';
+  command: string;
+  kind: 'gpu' | 'mig';
+  gpus: string;
+  migProfile: string;
+  flavor: string;
+  priorityClass: string;
+  maxRuntime: string;
+  localQueue: string;
+}
+
+/** Quote one argv word as a POSIX shell would read it back (format.ts's shellSplit). */
+export function shellQuote(word: string): string {
+  return word !== '' && /^[A-Za-z0-9_@%+=:,./-]+$/.test(word)
+    ? word
+    : `'${word.replace(/'/g, `'"'"'`)}'`;
+}
+
+/** "90m" / "2h" / "45s": the shortest exact duration for the form's max run time field. */
+function durationText(seconds: number): string {
+  const s = Math.max(1, Math.ceil(seconds));
+  for (const [unit, n] of [['d', 86400], ['h', 3600], ['m', 60]] as Array<[string, number]>) {
+    if (s % n === 0) {
+      return `${s / n}${unit}`;
+    }
+  }
+  return `${s}s`;
+}
+
+/**
+ * The form's fields for a request cloned from a job: the hookup in SubmitForm.tsx is
+ * `React.useEffect(() => formPrefillRequested.listen(r => { const f = cloneFormFields(r.request); setMode(f.mode); setCommand(f.command); … }), []);`
+ */
+export function cloneFormFields(r: ISubmitRequest): ICloneFormFields {
+  return {
+    mode: 'command',
+    command: (r.command ?? []).map(shellQuote).join(' '),
+    kind: r.migProfile ? 'mig' : 'gpu',
+    gpus: String(r.gpus ?? 1),
+    migProfile: r.migProfile ?? '',
+    flavor: r.flavor ?? 'any',
+    priorityClass: r.priorityClass ?? '',
+    maxRuntime: r.maxRuntimeSeconds ? durationText(r.maxRuntimeSeconds) : '10m',
+    localQueue: r.localQueue ?? ''
+  };
+}
