@@ -95,10 +95,18 @@ function PanelView(props: {
               ? 'Live updates connected'
               : model.connection === 'connecting'
                 ? 'Connecting to live updates…'
-                : 'Live updates disconnected; reconnecting'
+                : model.connection === 'gone'
+                  ? 'This notebook server is gone (stopped, or its GPU lease ended): save your work elsewhere and start it again from the hub'
+                  : 'Live updates disconnected; reconnecting'
           }
         >
-          {model.connection === 'live' ? 'live' : model.connection === 'connecting' ? 'connecting' : 'offline'}
+          {model.connection === 'live'
+            ? 'live'
+            : model.connection === 'connecting'
+              ? 'connecting'
+              : model.connection === 'gone'
+                ? 'server gone'
+                : 'offline'}
         </span>
         <button
           type="button"

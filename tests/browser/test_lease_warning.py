@@ -216,6 +216,7 @@ async def test_the_hub_stops_the_server_at_the_lease_deadline(jp_fetch, started,
                 for ws in hub["sockets"]:
                     await ws.close()
                 await expect(panel.locator(".jp-gpuqueue-conn-gone")).to_be_visible(timeout=15000)
+                await expect(panel.locator(".jp-gpuqueue-conn-gone")).to_have_text("server gone")
                 banner = panel.locator(".jp-gpuqueue-banner")
                 await expect(banner).to_contain_text("The server is gone")
                 await panel.get_by_role("button", name="Refresh").click()  # asks again: same answer
