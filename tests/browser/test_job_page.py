@@ -185,3 +185,56 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                     await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
             except AssertionError:
                 pass
+
+
+async def test_the_utilisation_chart_draws_nvml_samples(jp_fetch, gpuqueue_service, lab_url, chromium_launch_args):
+    """Where NVML sampled the job's GPUs (not on this machine: the samples are added to the server's
+    real timeline answer on its way to the page), one line a device, 0–100 %, with a legend; and an
+    ended job's page neither follows its log nor offers what only a running job has."""
+    import json as _json
+
+    from playwright.async_api import async_playwright, expect
+
+    await api(jp_fetch, "workloads", method="POST", body={
+        "name": "short", "localQueue": "team-a/team-a-queue",
+        "command": [sys.executable, "-c", "print('done')"], "gpus": 2, "flavor": "nvidia-a100", "maxRuntime": "5m"})
+    w = await wait_for(jp_fetch, "team-a/short", lambda w: w["state"] in FINISHED)
+    assert w["state"] == "Succeeded", w
+    t0 = w["startedAt"]
+
+    async def add_samples(route):
+        response = await route.fetch()
+        body = await response.json()
+        body["utilization"] = [
+            {"device": dev, "at": t0 + i, "percent": p}
+            for dev, ps in (("GPU 0", (10, 80, 95, 90)), ("GPU 1", (5, 40, 60, 20))) for i, p in enumerate(ps)]
+        await route.fulfill(response=response, body=_json.dumps(body))
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(**chromium_launch_args)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(30000)
+            await page.route("**/gpuqueue/api/workloads/team-a/short/timeline*", add_samples)
+            await page.goto(lab_url)
+            await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+            await page.evaluate(
+                "() => window.jupyterapp.commands.execute('gpuqueue:open-job', {namespace: 'team-a', name: 'short'}).then(() => true)")
+            jobpage = page.locator('[data-gpuqueue-jobpage="team-a/short"]')
+            await expect(jobpage).to_have_attribute("data-state", "Succeeded")
+            chart = jobpage.locator(".jp-gpuqueue-util")
+            await expect(chart.locator("polyline")).to_have_count(2)
+            await expect(chart.locator(".jp-gpuqueue-util-legend")).to_have_text("GPU 0GPU 1")
+            points = await chart.locator("polyline").first.get_attribute("points")
+            assert len(points.split()) == 4, points
+            await expect(jobpage.locator(".jp-gpuqueue-util-none")).to_have_count(0)
+            await expect(jobpage.locator(".jp-gpuqueue-jobpage-logtext")).to_have_text("done\n")
+            await expect(jobpage.locator('[data-log-status="idle"]')).to_be_visible()
+            await expect(jobpage.locator(".jp-gpuqueue-runs tbody tr")).to_have_attribute("data-outcome", "succeeded")
+            await use_theme(page, "JupyterLab Dark", False)
+            items = await page.evaluate(AUDIT_TEXT, '[data-gpuqueue-jobpage="team-a/short"] .jp-gpuqueue-util-legend')
+            check_text(items, "dark: the chart's legend")
+            await jobpage.locator('[data-section="utilization"]').screenshot(
+                path=str(SCREENSHOT_DIR / "jobpage-utilization-dark.png"))
+        finally:
+            await browser.close()

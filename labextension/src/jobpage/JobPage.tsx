@@ -293,7 +293,7 @@ function RunsTable(props: { runs: IRun[]; total: number }): JSX.Element {
 
 const CHART_W = 480;
 const CHART_H = 120;
-const PAD_L = 34;
+const PAD_L = 44;
 const PAD_B = 18;
 const PAD_T = 6;
 const PAD_R = 8;
