@@ -15,6 +15,8 @@ first, like the rest of the API.
 - ``GET`` / ``PUT admin/prices``: USD per GPU-hour per ResourceFlavor.
 - ``GET admin/audit``: who changed what, when, before → after (newest first), and the warnings
   the change was applied with.
+- ``GET admin/idle-policy``, ``PUT`` / ``DELETE admin/idle-policy/{namespace}``: idle notebook
+  GPU reclaim per team (service/idle.py).
 
 A change that leaves a cohort tree more nominal quota of a flavor's devices than the inventory has
 is applied, with ``warnings`` in the answer (and in ``GET admin/config``) saying where
@@ -191,6 +193,31 @@ class AdminAuditHandler(AdminHandler):
         self.finish(json.dumps({"items": items, "total": total}))
 
 
+class AdminIdlePoliciesHandler(AdminHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """Idle notebook reclaim: the default policy, the smallest timeout, every team's policy."""
+        self.check_admin()
+        self.write_json(self.service.idle.policies_view())
+
+
+class AdminIdlePolicyHandler(AdminHandler):
+    @web.authenticated
+    @authorized
+    async def put(self, namespace: str):
+        """Set a team's idle notebook reclaim policy (stored, audited); answers every policy."""
+        self.check_admin()
+        self.write_json(self.service.idle.set_policy(namespace, self.json_body(), actor=self.user))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, namespace: str):
+        """Drop a team's stored idle policy (the default applies again; audited)."""
+        self.check_admin()
+        self.write_json(self.service.idle.delete_policy(namespace, actor=self.user))
+
+
 _ADMIN = f"{API_PREFIX}/admin"
 
 admin_handlers = [
@@ -200,5 +227,7 @@ admin_handlers = [
     (rf"{_ADMIN}/priority-classes/(?P<name>[^/]+)", AdminPriorityClassHandler),
     (rf"{_ADMIN}/prices", AdminPricesHandler),
     (rf"{_ADMIN}/audit", AdminAuditHandler),
+    (rf"{_ADMIN}/idle-policy", AdminIdlePoliciesHandler),
+    (rf"{_ADMIN}/idle-policy/(?P<namespace>[^/]+)", AdminIdlePolicyHandler),
 ]
 """(pattern, handler) relative to the server's base_url; registered before the JSON 404."""

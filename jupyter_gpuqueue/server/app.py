@@ -458,6 +458,12 @@ class GpuQueueApp(ExtensionApp):
         server's activity every JUPYTERHUB_ACTIVITY_INTERVAL, 300 s by default).""",
     ).tag(config=True)
 
+    idle_activity_interval = Float(
+        30.0,
+        help="""Seconds between reads of the notebook servers' activity from the Hub API (idle
+        notebook reclaim; only for leases of teams whose idle policy is on).""",
+    ).tag(config=True)
+
     metrics_token = Unicode(
         None,
         allow_none=True,
@@ -580,6 +586,7 @@ class GpuQueueApp(ExtensionApp):
 
             service.idle.activity_source = HubActivity(os.environ["JUPYTERHUB_API_URL"],
                                                        os.environ["JUPYTERHUB_API_TOKEN"], log=self.log)
+            service.idle.poll_interval = max(0.1, float(self.idle_activity_interval))
         groups = HubGroups()
         self.settings[HUB_GROUPS_KEY] = groups
         if self.group_local_queues:

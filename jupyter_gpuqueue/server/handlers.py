@@ -392,6 +392,16 @@ class WorkloadHandler(GpuQueueHandler):
         self.write_json(self.service.cancel(namespace, name, user=self.user))
 
 
+class KeepGpuHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, namespace: str, name: str):
+        """Keep an idle-warned notebook lease's GPU (owner only: 403; 409 when no idle warning
+        runs or no keep is left); answers the Workload, its idle clock restarted."""
+        require_scope(self, SUBMIT_SCOPE)
+        self.write_json(self.service.keep_gpu(namespace, name, user=self.user))
+
+
 class WorkloadLogsHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
@@ -482,6 +492,7 @@ default_handlers = [
     (rf"{API_PREFIX}/workloads", WorkloadsHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/logs", WorkloadLogsHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/timeline", WorkloadTimelineHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}/keep-gpu", KeepGpuHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}", WorkloadHandler),
     (rf"{API_PREFIX}/estimate", EstimateHandler),
     (rf"{API_PREFIX}/queues", QueuesHandler),

@@ -105,8 +105,8 @@ def parse_policy(data: Any, *, base: Optional[dict] = None, minimum_timeout: int
     out["maxKeeps"] = _int_field(merged, "maxKeeps", 0, 1000)
     u = merged["utilizationBelowPercent"]
     if u is not None:
-        if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) or not 0 < u <= 100:
-            raise ValidationError(f"must be a percentage above 0 and at most 100, or null (no GPU check), got {u!r}",
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) or not 1 <= u <= 100:
+            raise ValidationError(f"must be a percentage from 1 to 100, or null (no GPU check), got {u!r}",
                                   "utilizationBelowPercent")
         u = float(u) if not float(u).is_integer() else int(u)
     out["utilizationBelowPercent"] = u

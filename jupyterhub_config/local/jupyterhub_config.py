@@ -91,6 +91,14 @@ c.JupyterHub.load_roles = [
         "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:submit"],
     },
     {
+        # The queue service itself: idle notebook GPU reclaim reads the servers' last activity
+        # (kernel executions and requests, reported by jupyterhub-singleuser).
+        "name": "gpuqueue-service",
+        "description": "The GPU queue service reads notebook servers' activity",
+        "services": ["gpuqueue"],
+        "scopes": ["read:users:activity", "read:servers"],
+    },
+    {
         "name": "gpuqueue-admins",
         "description": "Administer the shared GPU queue",
         "users": admins,

@@ -56,6 +56,8 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("PUT", "/budgets/{namespace}"): (A, A, A, A, R),
     ("DELETE", "/budgets/{namespace}"): (A, A, A, A, R),
     ("POST", "/workloads/{namespace}/{name}/lift-budget-hold"): (A, A, A, A, 409),  # not held: Conflict
+    # idle notebook reclaim: only the owner keeps a lease's GPU (alice's job is no lease: Conflict)
+    ("POST", "/workloads/{namespace}/{name}/keep-gpu"): (A, A, A, 409, A),
     # admin API (custom:gpuqueue:admin)
     ("GET", "/admin/config"): (A, A, A, A, R),
     ("PUT", "/admin/config"): (A, A, A, A, R),
@@ -65,6 +67,9 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/admin/prices"): (A, A, A, A, R),
     ("PUT", "/admin/prices"): (A, A, A, A, R),
     ("GET", "/admin/audit"): (A, A, A, A, R),
+    ("GET", "/admin/idle-policy"): (A, A, A, A, R),
+    ("PUT", "/admin/idle-policy/{namespace}"): (A, A, A, A, R),
+    ("DELETE", "/admin/idle-policy/{namespace}"): (A, A, A, A, R),
 }
 # Served outside the API root (not in the OpenAPI document): path relative to the service's URL.
 OUTSIDE_API = {
@@ -72,6 +77,7 @@ OUTSIDE_API = {
 }
 # Requests with side effects run after the others, in this order (the owner's cancel last).
 LAST = [("PUT", "/budgets/{namespace}"), ("DELETE", "/budgets/{namespace}"),
+        ("PUT", "/admin/idle-policy/{namespace}"), ("DELETE", "/admin/idle-policy/{namespace}"),
         ("DELETE", "/workloads/{namespace}/{name}")]
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -131,6 +137,8 @@ def request_for(hub, method: str, path: str, alices: dict) -> tuple[str, dict]:
                       "default": prices["default"]}  # the same prices again
     elif (method, path) == ("PUT", "/budgets/{namespace}"):
         kw["json"] = {"monthlyUSD": 5000, "warnAt": 0.8, "hard": False}
+    elif (method, path) == ("PUT", "/admin/idle-policy/{namespace}"):
+        kw["json"] = {"idleTimeoutSeconds": None}  # off, as by default
     return concrete.lstrip("/"), kw
 
 
