@@ -98,6 +98,10 @@ export interface IWorkload {
   kind?: string;
   /** A preempted lease: when its GPUs are taken back (seconds since the epoch). */
   evictionDeadline?: number | null;
+  /** A Running NotebookLease idle for its team's timeout: released then unless kept (idle reclaim). */
+  idleDeadline?: number | null;
+  /** A Running NotebookLease of a team whose idle policy is on: "Keep my GPU" left. */
+  idleKeepsLeft?: number | null;
 }
 
 /** A workload that a pending one waits for (the name is null for another team's workload). */
@@ -484,6 +488,14 @@ export class GpuQueueClient {
     return this.request<IWorkload>(
       `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`,
       { method: 'DELETE' }
+    );
+  }
+
+  /** Keep an idle-warned notebook lease's GPU (owner only): its idle clock restarts. */
+  keepGpu(namespace: string, name: string): Promise<IWorkload> {
+    return this.request<IWorkload>(
+      `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/keep-gpu`,
+      { method: 'POST' }
     );
   }
 

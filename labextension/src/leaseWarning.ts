@@ -19,6 +19,8 @@ import { QueueModel } from './model';
 interface ILeaseFields {
   kind?: string;
   evictionDeadline?: number | null;
+  idleDeadline?: number | null;
+  idleKeepsLeft?: number | null;
 }
 
 const LEASE_KIND = 'NotebookLease';
@@ -59,6 +61,120 @@ export function leaseWarningText(w: IWorkload, nowMs: number): string {
     `Your notebook's GPU lease ${w.namespace}/${w.name} will be released in ${left}: ` +
     `higher-priority work needs the GPU.${why} Save your work; the server stops then.`
   );
+}
+
+/** The idle warning: the lease is released at `idleDeadline` unless kept or used. */
+export function idleWarningText(w: IWorkload, nowMs: number): string {
+  const lease = w as IWorkload & ILeaseFields;
+  const left = formatTimeLeft((lease.idleDeadline ?? 0) - nowMs / 1000);
+  const keeps = lease.idleKeepsLeft ?? 0;
+  const keep =
+    keeps > 0
+      ? ` Click "Keep my GPU" to keep it (${keeps} more time${keeps === 1 ? '' : 's'}), or run a cell.`
+      : ' No more keeps are left: run a cell to keep it, or save your work.';
+  return (
+    `Your notebook has been idle: its GPU lease ${w.namespace}/${w.name} will be released in ${left} ` +
+    `so that others can use the GPU, and the server stops then.${keep}`
+  );
+}
+
+/** The notice once an idle lease was released. */
+export function idleReleasedText(w: IWorkload, endedAt: number): string {
+  const at = new Date(endedAt * 1000).toLocaleTimeString();
+  return (
+    `Your notebook's GPU lease ${w.namespace}/${w.name} was released at ${at} because the notebook ` +
+    'was idle. Its server stops; start it again from the hub when you need a GPU.'
+  );
+}
+
+/**
+ * Idle notebook reclaim (docs/hub.md): a warning with a countdown and a "Keep my GPU" button for
+ * each of the current user's leases with an `idleDeadline`; the button asks the queue to keep it
+ * (its idle clock restarts). Returns a function that stops watching.
+ */
+export function watchIdleLeases(model: QueueModel, client: GpuQueueClient): () => void {
+  const open = new Map<string, { id: string; workload: IWorkload }>();
+  const notify = (key: string, w: IWorkload, existing?: string): string => {
+    const lease = w as IWorkload & ILeaseFields;
+    const actions =
+      (lease.idleKeepsLeft ?? 0) > 0
+        ? [
+            {
+              label: 'Keep my GPU',
+              caption: 'Keep the GPU: the idle clock starts again',
+              displayType: 'accent' as const,
+              callback: () => {
+                client
+                  .keepGpu(w.namespace, w.name)
+                  .then(kept => {
+                    open.delete(key);
+                    const left = (kept as IWorkload & ILeaseFields).idleKeepsLeft ?? 0;
+                    Notification.success(
+                      `Kept the GPU of ${key} (${left} more keep${left === 1 ? '' : 's'} left).`,
+                      { autoClose: 5000 }
+                    );
+                  })
+                  .catch(reason => {
+                    Notification.error(`Could not keep the GPU of ${key}: ${reason?.message ?? reason}`, {
+                      autoClose: false
+                    });
+                  });
+              }
+            }
+          ]
+        : [];
+    const message = idleWarningText(w, Date.now());
+    if (existing) {
+      Notification.update({ id: existing, message, actions });
+      return existing;
+    }
+    return Notification.warning(message, { autoClose: false, actions });
+  };
+  const check = (w: IWorkload) => {
+    const key = `${w.namespace}/${w.name}`;
+    const lease = w as IWorkload & ILeaseFields;
+    const mine = !model.info || w.owner === model.info.user;
+    const current = open.get(key);
+    if (mine && lease.kind === LEASE_KIND && w.state === 'Running' && lease.idleDeadline) {
+      const id = notify(key, w, current?.id);
+      open.set(key, { id, workload: w });
+    } else if (current && w.state !== 'Running') {
+      open.delete(key);
+      Notification.update({
+        id: current.id,
+        type: 'info',
+        message: idleReleasedText(current.workload, w.finishedAt ?? Date.now() / 1000),
+        actions: [],
+        autoClose: false
+      });
+    } else if (current) {
+      open.delete(key); // kept, or the notebook was used again
+      Notification.dismiss(current.id);
+    }
+  };
+  const onWorkload = (_: QueueModel, w: IWorkload) => check(w);
+  const onChanged = () => {
+    for (const entry of model.workloads) {
+      check(entry.workload);
+    }
+  };
+  model.workloadChanged.connect(onWorkload);
+  model.changed.connect(onChanged);
+  onChanged();
+  const timer = window.setInterval(() => {
+    for (const { id, workload } of open.values()) {
+      Notification.update({ id, message: idleWarningText(workload, Date.now()) });
+    }
+  }, UPDATE_MS);
+  return () => {
+    window.clearInterval(timer);
+    model.workloadChanged.disconnect(onWorkload);
+    model.changed.disconnect(onChanged);
+    for (const { id } of open.values()) {
+      Notification.dismiss(id);
+    }
+    open.clear();
+  };
 }
 
 /**
@@ -159,6 +275,7 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
   model.workloadChanged.connect(onWorkload);
   model.changed.connect(onChanged);
   onChanged();
+  const stopIdle = watchIdleLeases(model, client);
 
   // Count down between events.
   const timer = window.setInterval(() => {
@@ -168,6 +285,7 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
   }, UPDATE_MS);
 
   return () => {
+    stopIdle();
     window.clearInterval(timer);
     window.clearInterval(discoverTimer);
     model.workloadChanged.disconnect(onWorkload);
