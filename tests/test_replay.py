@@ -427,6 +427,24 @@ def test_replay_eta_sampling_and_history():
     assert b["coverage"] == 1.0 and b["baselines"]["oracle"]["coverage"] == 1.0
 
 
+def test_replay_eta_calibrated_range_and_blend():
+    rc = config()
+    eta = rp.EtaOptions(runtime_model="history", sample=1, details=True, calibration={"min_samples": 3})
+    b = rp.replay_trace(trace(ETA_TRACE), rc, eta=eta)["eta"]
+    assert b["coverage"] == 1.0 and 0.0 <= b["rangeCoverage"] <= 1.0
+    assert b["calibration"]["observed"] > 0 and b["calibration"]["rateBlend"] == 0.2
+    assert b["simulationOnly"]["coverage"] == 1.0
+    for d in b["estimates"]:
+        assert d["early"] <= d["model"] <= d["late"]
+        assert d["t"] <= d["early"]  # a wait is never negative
+    # calibration off: the simulation's start and the three-draw range, as before
+    b0 = rp.replay_trace(trace(ETA_TRACE), rc, eta=rp.EtaOptions(runtime_model="history", sample=1, details=True,
+                                                                 calibrate=False))["eta"]
+    assert "calibration" not in b0 and "simulationOnly" not in b0
+    assert [d["raw"] for d in b0["estimates"]] == [d["raw"] for d in b["estimates"]]
+    assert all(d["model"] == d["raw"] for d in b0["estimates"])
+
+
 def test_cli_replay_eta(tmp_path):
     (tmp_path / "t.csv").write_text(HEADER + ETA_TRACE)
     (tmp_path / "q.yaml").write_text(CONFIG)

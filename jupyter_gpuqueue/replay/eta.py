@@ -29,6 +29,18 @@ future. ``declared``: the trace declares no maximum run time, so every job is as
 ``declared_seconds`` (24 h). ``oracle``: the true run times (then the model and the baseline
 agree).
 
+The model's estimate (``history`` and ``declared``; ``EtaOptions.calibrate``, on by default):
+
+* **point**: the forward simulation's wait blended with the ``rate`` baseline's, geometrically:
+  ``(sim + 60)^(1-w) · (rate + 60)^w − 60`` with ``w = rate_blend`` (0.2; without a rate: the
+  simulation's). ``simulationOnly`` in the block: the simulation alone.
+* **range**: from the model's past errors (:class:`~jupyter_gpuqueue.engine.calibration.WaitCalibration`,
+  keyed by ClusterQueue; nominal 90 %): at every estimate point the forward run also reports every
+  other pending job it admitted (``also_started``); the first such estimate of each job is
+  observed when the job starts (its next start after the estimate, from pass 1, fed only once the
+  simulation has reached it: the past only). No extra forward runs: the three-draw range is not
+  computed.
+
 Sampling (``--eta-sample K``): every K-th waiting job, in submission order (1: all). Coverage and
 errors count the sampled jobs only; the block says ``"sampled": K``.
 
@@ -37,12 +49,13 @@ The block, ``report["eta"]``::
     {"runtimeModel", "sampled", "jobsWaited", "jobsSampled", "coverage", "medianAbsErrorSeconds",
      "p90AbsErrorSeconds", "withinFactor2", "rangeCoverage", "medianWaitSeconds",
      "byPoint": {"submission": {...}, "25%": {...}, "50%": {...}, "75%": {...}},
-     "baselines": {"rate": {...}, "oracle": {...}}, "errorsSeconds": {...}, "wallTimeS"}
+     "baselines": {"rate": {...}, "oracle": {...}}, "errorsSeconds": {...}, "wallTimeS",
+     "calibration": {"observed", "coverageTarget", "rateBlend", "window"}, "simulationOnly": {...}}
 
 Top-level figures are those of the estimates made at submission. Error = |estimated start −
 actual start| (s). ``withinFactor2``: share of estimates whose estimated wait (from the estimate
 point) is within a factor 2 of the actual wait. ``rangeCoverage``: share of actual starts within
-[early, late] (the range is computed at submission only). ``coverage``: share of sampled
+[early, late] (also per point in ``byPoint``). ``coverage``: share of sampled
 waiting jobs with an estimate.
 """
 
@@ -50,6 +63,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -86,8 +100,9 @@ class EtaOptions:
     burst_gap: float = BURST_GAP
     burst_min_samples: int = 5  # finished runs a burst needs before it answers
     oracle_baseline: bool = True  # False: skip the oracle baseline (faster experiments)
-    calibrate: bool = True  # correct the model's estimates by its past errors (engine/calibration.py)
+    calibrate: bool = True  # the range from the model's past errors (engine/calibration.py)
     calibration: Optional[dict] = None  # WaitCalibration keyword arguments
+    rate_blend: float = 0.2  # the point: simulated wait^(1-w) x rate baseline's wait^w (0: simulation only)
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -171,6 +186,9 @@ class _Tally:
         if self.in_range["submission"]:
             out["rangeCoverage"] = sum(self.in_range["submission"]) / len(self.in_range["submission"])
         out["byPoint"] = {p: _stats(self.errors[p], self.factor2[p], n_jobs, self.covered[p]) for p in POINTS}
+        for p in POINTS:
+            if self.in_range[p]:
+                out["byPoint"][p]["rangeCoverage"] = sum(self.in_range[p]) / len(self.in_range[p])
         return out
 
 
@@ -231,7 +249,8 @@ def eta_report(
     # observed when the job starts — the past only.
     calibrate = eta.calibrate and eta.runtime_model != "oracle"
     cal = WaitCalibration(**(eta.calibration or {})) if calibrate else None
-    first_admit = {j.key: j.first_admit_time for j in first.jobs.values() if j.first_admit_time is not None}
+    blend = max(0.0, min(1.0, float(eta.rate_blend))) if calibrate else 0.0
+    starts_of = {j.key: sorted(r.start for r in j.runs) for j in first.jobs.values() if j.runs}
     first_est: dict[str, tuple[float, float, str]] = {}  # key -> (t, estimated wait, calibration key)
     to_observe: list[tuple[float, str]] = []  # (actual start, key)
     records = []
@@ -266,10 +285,14 @@ def eta_report(
                               ranges=ranges, also_started=calibrate)
         if calibrate:
             for k, e in est.items():
-                if e.start_at is None or k in first_est or k not in first_admit:
+                if e.start_at is None or k in first_est or k not in starts_of:
+                    continue
+                runs = starts_of[k]  # its next start (a preempted job pending again started before)
+                i_run = bisect.bisect_left(runs, t)
+                if i_run == len(runs):
                     continue
                 first_est[k] = (t, e.start_at - t, _cal_key(sched, k))
-                heapq.heappush(to_observe, (first_admit[k], k))
+                heapq.heappush(to_observe, (runs[i_run], k))
         b = time.perf_counter()
         if eta.runtime_model == "oracle":
             est_o = est
@@ -284,15 +307,17 @@ def eta_report(
         for _, _, key, point in group:
             act = actual[key]
             e = est.get(key)
+            r_est = _rate_estimate(sched, key, t, admissions)
             m_est, m_rng = (e.start_at, (e.early, e.late)) if e and e.start_at is not None else (None, None)
             if calibrate and m_est is not None:
                 raw.add(point, t, m_est, act, m_rng)
                 pt, lo, hi = cal.adjust(_cal_key(sched, key), m_est - t)
-                m_est, m_rng = t + pt, (t + lo, t + hi)
+                if r_est is not None and blend > 0:
+                    pt = _blend(pt, r_est - t, blend)
+                m_est, m_rng = t + pt, (t + min(lo, pt), t + max(hi, pt))
             ours.add(point, t, m_est, act, m_rng)
             eo = est_o.get(key)
             orc.add(point, t, eo.start_at if eo else None, act)
-            r_est = _rate_estimate(sched, key, t, admissions)
             rate.add(point, t, r_est, act)
             if eta.details:
                 details.append({"key": key, "point": point, "t": t, "actual": act, "model": m_est,
@@ -309,8 +334,9 @@ def eta_report(
     block["baselines"] = {"rate": rate.block(n), "oracle": orc.block(n)}
     block["baselines"]["rate"]["windowSeconds"] = RATE_WINDOWS[0]
     if calibrate:
-        block["calibration"] = {"observed": cal.observed, "coverageTarget": cal.coverage}
-        block["uncalibrated"] = raw.block(n)
+        block["calibration"] = {"observed": cal.observed, "coverageTarget": cal.coverage, "rateBlend": blend,
+                                "window": cal.window}
+        block["simulationOnly"] = raw.block(n)  # the forward simulation's start, no blend
     block["errorsSeconds"] = {
         "model": [round(x, 1) for x in ours.errors["submission"]],
         "rate": [round(x, 1) for x in rate.errors["submission"]],
@@ -322,6 +348,12 @@ def eta_report(
     block["wallTimeS"] = {"total": round(time.perf_counter() - t0, 3), "estimator": round(t_est, 3),
                           "oracle": round(t_oracle, 3), "estimatePoints": len({p[0] for p in points})}
     return block
+
+
+def _blend(model_wait: float, rate_wait: float, w: float, offset: float = 60.0) -> float:
+    """Geometric blend of two waits (s): model^(1-w) x rate^w (each + ``offset``, then - it)."""
+    a, b = math.log(max(0.0, model_wait) + offset), math.log(max(0.0, rate_wait) + offset)
+    return max(0.0, math.exp((1.0 - w) * a + w * b) - offset)
 
 
 def _cal_key(sched, key: str) -> str:
