@@ -445,7 +445,7 @@ class GpuQueueApp(ExtensionApp):
 
     idle_policy = Dict(
         {},
-        help="""Idle notebook GPU reclaim (docs/hub.md, "Idle notebook GPU reclaim"), the default
+        help="""Idle notebook GPU reclaim (jupyterhub_config/local/README.md, "Idle notebook GPU reclaim"), the default
         policy of every team without one set by an admin: {"idleTimeoutSeconds": int ≥
         idle_timeout_minimum_seconds or None (off), "warnSeconds": 600, "maxKeeps": 3,
         "utilizationBelowPercent": 5 or None}; fields left out take these values. Off by

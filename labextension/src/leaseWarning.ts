@@ -88,7 +88,7 @@ export function idleReleasedText(w: IWorkload, endedAt: number): string {
 }
 
 /**
- * Idle notebook reclaim (docs/hub.md): a warning with a countdown and a "Keep my GPU" button for
+ * Idle notebook reclaim (jupyterhub_config/local/README.md): a warning with a countdown and a "Keep my GPU" button for
  * each of the current user's leases with an `idleDeadline`; the button asks the queue to keep it
  * (its idle clock restarts). Returns a function that stops watching.
  */
