@@ -16,7 +16,8 @@ import time
 import uuid
 
 import pytest
-from test_estimates import AUDIT_TEXT, SCREENSHOT_DIR, api, check_text, set_sidebar_width, use_theme, wait_for
+from test_estimates import AUDIT_TEXT, SCREENSHOT_DIR, api, check_text, set_sidebar_width, wait_for
+from test_job_page import switch_theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -143,7 +144,7 @@ async def test_filter_search_clear_and_page_my_jobs(jp_fetch, gpuqueue_service, 
                 # readable at the sidebar's default width, light and dark
                 for theme, light in (("JupyterLab Light", True), ("JupyterLab Dark", False)):
                     if not light:
-                        await use_theme(page, theme, light)
+                        await switch_theme(page, theme, light)
                     await set_sidebar_width(page, 250)
                     items = await page.evaluate(AUDIT_TEXT, "#jp-gpuqueue-panel .jp-gpuqueue-history-tools")
                     check_text(items, f"{theme}: history tools at 250 px")
@@ -156,7 +157,7 @@ async def test_filter_search_clear_and_page_my_jobs(jp_fetch, gpuqueue_service, 
                     await jobs.evaluate("el => el.scrollIntoView()")
                     await page.locator("#jp-gpuqueue-panel").screenshot(
                         path=str(SCREENSHOT_DIR / f"jobpage-history-250-{'light' if light else 'dark'}.png"))
-                await use_theme(page, "JupyterLab Light", True)
+                await switch_theme(page, "JupyterLab Light", True)
 
                 # clear finished: only the running job stays, also after a reload; Show undoes it
                 await tools.get_by_role("button", name="Clear finished").click()
