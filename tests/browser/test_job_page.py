@@ -250,5 +250,10 @@ async def test_the_utilisation_chart_draws_nvml_samples(jp_fetch, gpuqueue_servi
             check_text(items, "dark: the chart's legend")
             await jobpage.locator('[data-section="utilization"]').screenshot(
                 path=str(SCREENSHOT_DIR / "jobpage-utilization-dark.png"))
+            # a job that is not there (a page restored after the ledger was reset) says so
+            await page.evaluate(
+                "() => window.jupyterapp.commands.execute('gpuqueue:open-job', {namespace: 'team-a', name: 'nope'}).then(() => true)")
+            await expect(page.locator('[data-gpuqueue-jobpage="team-a/nope"] .jp-gpuqueue-form-error')).to_contain_text(
+                re.compile("not found|no workload|unknown", re.I))
         finally:
             await browser.close()

@@ -93,6 +93,9 @@ export function JobPage(props: IJobPageProps): JSX.Element {
         if (!stopped) {
           setError(errorText(err));
         }
+        if (err instanceof ApiError && (err.status === 404 || err.status === 403)) {
+          finished = true; // gone, or not the user's to see: asking again changes nothing
+        }
       }
       if (!stopped && !finished) {
         timer = window.setTimeout(load, REFRESH_MS);
