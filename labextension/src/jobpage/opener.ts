@@ -48,8 +48,8 @@ class CloneHub {
     return this._last;
   }
   /**
-   * Listen for requests (the submit form): `fn` also gets the last request at once when one was
-   * made before it listened. Returns the function that stops listening.
+   * Listen for requests (the submit form, while it is mounted); a form mounted later can read
+   * `last`. Returns the function that stops listening (a React effect's cleanup).
    */
   listen(fn: (r: ICloneRequest) => void): () => void {
     const slot = (_: unknown, r: ICloneRequest) => fn(r);
