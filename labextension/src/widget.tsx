@@ -13,6 +13,7 @@ import { MigGrid } from './components/costs/MigGrid';
 import { JobList } from './components/JobList';
 import { IFormPrefill, SubmitForm } from './components/SubmitForm';
 import { gpuQueueIcon } from './icon';
+import { formPrefillRequested } from './jobpage/opener';
 import { QueueModel } from './model';
 
 export const PANEL_ID = 'jp-gpuqueue-panel';
@@ -22,9 +23,25 @@ function Section(props: {
   title: string;
   extra?: React.ReactNode;
   defaultOpen?: boolean;
+  /** Keep the body mounted (hidden) while collapsed, so that what was typed in it survives. */
+  keepMounted?: boolean;
+  /** Opens the section whenever it changes (e.g. a job cloned into the form). */
+  openRequest?: number;
   children: React.ReactNode;
 }): JSX.Element {
   const [open, setOpen] = React.useState(props.defaultOpen ?? true);
+  React.useEffect(() => {
+    if (props.openRequest) {
+      setOpen(true);
+    }
+  }, [props.openRequest]);
+  const body = props.keepMounted ? (
+    <div className="jp-gpuqueue-section-body" hidden={!open}>
+      {props.children}
+    </div>
+  ) : (
+    open && <div className="jp-gpuqueue-section-body">{props.children}</div>
+  );
   return (
     <section className="jp-gpuqueue-section" data-section={props.id}>
       <header>
@@ -39,7 +56,7 @@ function Section(props: {
         </button>
         {props.extra}
       </header>
-      {open && <div className="jp-gpuqueue-section-body">{props.children}</div>}
+      {body}
     </section>
   );
 }
@@ -55,6 +72,9 @@ function PanelView(props: {
     props.initialPrefill
   );
   const [highlight, setHighlight] = React.useState<string | null>(null);
+  // "Clone into the form" (the job page): open the submit section; the form fills itself.
+  const [cloneSerial, setCloneSerial] = React.useState(formPrefillRequested.last?.serial ?? 0);
+  React.useEffect(() => formPrefillRequested.listen(r => setCloneSerial(r.serial)), []);
 
   React.useEffect(() => {
     const onChange = () => setVersion(v => v + 1);
@@ -121,7 +141,7 @@ function PanelView(props: {
       {model.loadError && (
         <div className="jp-gpuqueue-form-error jp-gpuqueue-banner">{model.loadError}</div>
       )}
-      <Section id="submit" title="Submit a GPU job">
+      <Section id="submit" title="Submit a GPU job" keepMounted openRequest={cloneSerial}>
         <SubmitForm model={model} prefill={prefill} onSubmitted={onSubmitted} />
       </Section>
       <Section

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import sys
 import time
 
@@ -188,6 +189,20 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                 # its name on the note opens its page
                 await note.locator("button").click()
                 await expect(page.locator(f'[data-gpuqueue-jobpage="{new_key}"]')).to_be_visible()
+
+                # Clone into the form: the (collapsed) submit section opens, holding the job's request.
+                await page.locator('#jp-main-dock-panel .lm-TabBar-tab', has_text="victim").first.click()
+                await jobpage.locator(".jp-gpuqueue-clone").click()
+                submit = panel.locator('[data-section="submit"]')
+                await expect(submit.locator(".jp-gpuqueue-section-toggle")).to_have_attribute("aria-expanded", "true")
+                command = await submit.locator("#jp-gpuqueue-command").input_value()
+                # (the command field is one line: the -c program's line breaks do not survive it)
+                assert shlex.split(command)[:2] == victim["command"][:2] and "tick" in command, command
+                await expect(submit.locator("#jp-gpuqueue-gpus")).to_have_value("4")
+                # Collapsing the section keeps what it holds (issue 15 item 10).
+                await submit.locator(".jp-gpuqueue-section-toggle").click()
+                await submit.locator(".jp-gpuqueue-section-toggle").click()
+                assert await submit.locator("#jp-gpuqueue-command").input_value() == command
                 assert not page_errors, page_errors
             finally:
                 await browser.close()

@@ -7,7 +7,11 @@ import * as React from 'react';
 
 import { ApiError, IEstimate, ISubmitRequest, IWorkload, workloadKey } from '../api';
 import { describeEstimate, parseDuration, shellSplit } from '../format';
+import { ICloneRequest, cloneFormFields, formPrefillRequested } from '../jobpage/opener';
 import { QueueModel } from '../model';
+
+/** The serial of the last clone request a form took (one form fills once per request). */
+let clonesTaken = 0;
 
 export interface IFormPrefill {
   script: string;
@@ -87,6 +91,41 @@ export function SubmitForm(props: IProps): JSX.Element {
       setMigProfile(info.migProfiles[0]);
     }
   }, [info]);
+
+  // "Clone into the form" on a job's page (jobpage/opener.ts): the form takes the job's request,
+  // also one made before the form was mounted (the last one not taken yet).
+  React.useEffect(() => {
+    const apply = (r: ICloneRequest) => {
+      if (r.serial <= clonesTaken) {
+        return;
+      }
+      clonesTaken = r.serial;
+      const f = cloneFormFields(r.request);
+      setMode(f.mode);
+      setCommand(f.command);
+      setKind(f.kind);
+      setGpus(f.gpus);
+      if (f.migProfile) {
+        setMigProfile(f.migProfile);
+      }
+      setFlavor(f.flavor);
+      if (f.priorityClass) {
+        setPriorityClass(f.priorityClass);
+      }
+      setMaxRuntime(f.maxRuntime);
+      if (f.localQueue) {
+        setLocalQueue(f.localQueue);
+      }
+      setName('');
+      setSubmitted(null);
+      setErrors({});
+      setFormError(null);
+    };
+    if (formPrefillRequested.last) {
+      apply(formPrefillRequested.last);
+    }
+    return formPrefillRequested.listen(apply);
+  }, []);
 
   // "Submit as GPU job…" on a .py file.
   React.useEffect(() => {

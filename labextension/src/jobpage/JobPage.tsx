@@ -147,11 +147,8 @@ export function JobPage(props: IJobPageProps): JSX.Element {
 
   const clone = () => {
     formPrefillRequested.emit(requestOf(w, timeline.runs), key);
-    setAction(
-      formPrefillRequested.listening
-        ? { text: "The GPU Queue panel's submit form now holds a copy of this job." }
-        : { text: "The GPU Queue panel's submit form does not take copies yet.", error: true }
-    );
+    // The form takes it now, or when it is first shown (opener.ts keeps the last request).
+    setAction({ text: "The GPU Queue panel's submit form now holds a copy of this job." });
   };
 
   return (
