@@ -55,8 +55,11 @@ class Budget:
                 "updatedAt": self.updated_at}
 
 
+MIN_MONTHLY_USD = 0.01  # a cent: below it the spent share is no finite number (found by the fuzz)
+
+
 def parse_budget(namespace: str, data: Any, field: str = "budget") -> Budget:
-    """Validate ``{"monthlyUSD": number > 0, "warnAt": 0 < number ≤ 1 (0.8), "hard": bool (false)}``.
+    """Validate ``{"monthlyUSD": number ≥ 0.01, "warnAt": 0 < number ≤ 1 (0.8), "hard": bool (false)}``.
 
     Raises ValidationError whose field is ``<field>.monthlyUSD`` (etc.) for a missing, unknown or
     ill-typed key."""
@@ -69,8 +72,9 @@ def parse_budget(namespace: str, data: Any, field: str = "budget") -> Budget:
     if "monthlyUSD" not in data:
         raise ValidationError("required (USD per UTC month)", field=f"{field}.monthlyUSD")
     usd = data["monthlyUSD"]
-    if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not math.isfinite(usd) or usd <= 0:
-        raise ValidationError(f"must be a number of USD > 0, got {usd!r}", field=f"{field}.monthlyUSD")
+    if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not math.isfinite(usd) or usd < MIN_MONTHLY_USD:
+        raise ValidationError(f"must be a number of USD ≥ {MIN_MONTHLY_USD} (a cent), got {usd!r}",
+                              field=f"{field}.monthlyUSD")
     warn = data.get("warnAt", DEFAULT_WARN_AT)
     if isinstance(warn, bool) or not isinstance(warn, (int, float)) or not math.isfinite(warn) or not 0 < warn <= 1:
         raise ValidationError(f"must be a share between 0 (exclusive) and 1, e.g. 0.8, got {warn!r}",
@@ -192,6 +196,8 @@ class Budgets:
         state, share = "none", None
         if budget is not None:
             share = usd / budget.monthly_usd
+            if not math.isfinite(share):  # a stored budget from before the minimum
+                share = None
             state = "exceeded" if usd >= budget.monthly_usd else "warning" if share >= budget.warn_at else "ok"
         return {"namespace": namespace, "month": month, "spentUsd": usd,
                 "burnRateUsdPerHour": rate.get(namespace, 0.0), "at": now,

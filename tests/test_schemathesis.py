@@ -230,8 +230,16 @@ def _seed(srv) -> None:
 
 
 def _hold(srv, prefix: str, n: int = 8) -> None:
-    """team-b over a hard budget (it has spent more than 1e-9 USD) and ``n`` submissions it holds."""
-    resp = srv.request("PUT", "budgets/team-b", json={"monthlyUSD": 1e-9, "hard": True})
+    """team-b over a hard budget (a cent, the least a budget may be, which its running job has
+    spent) and ``n`` submissions it holds."""
+    deadline = time.monotonic() + 120
+    while True:  # seed-b-run's GPU costs a cent within seconds
+        teams = {t["namespace"]: t for t in srv.request("GET", "budgets").json()["teams"]}
+        if teams["team-b"]["spentUsd"] >= 0.0101:
+            break
+        assert time.monotonic() < deadline, teams["team-b"]
+        time.sleep(0.5)
+    resp = srv.request("PUT", "budgets/team-b", json={"monthlyUSD": 0.01, "hard": True})
     assert resp.status_code == 200, resp.text
     for i in range(n):
         wl = _submit(srv, name=f"{prefix}-{i}", command=["gpujob", "x"], gpus=1, localQueue="team-b/team-b-queue")
@@ -284,11 +292,6 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
             case.body = {"manifest": _manifest(fz, rnd)}
         else:
             case.body = _usable_request(body, fz, rnd)
-    elif label == "PUT /budgets/{namespace}" and isinstance(body, dict) and isinstance(body.get("monthlyUSD"), (int, float)):
-        # BUG (test_tiny_budget_share_is_valid_json): a monthlyUSD below ~1e-300 makes the share
-        # Infinity, which is no JSON; kept out of the fuzz until the server is fixed
-        if body["monthlyUSD"] < 1e-6:
-            case.body = {**body, "monthlyUSD": 1e-6}
     elif label == "PATCH /admin/cluster-queues/{name}" and isinstance(body, dict):
         out = {}  # GAP: ClusterQueuePatch has no additionalProperties: false (the server refuses others)
         if "cohort" in body:  # GAP: cohort is a DNS-1123 subdomain for the server, any string for the document
@@ -485,15 +488,15 @@ def _run_stateful(schema, fz: Fuzzed, failures: list) -> None:
         failures.append(f"stateful: {exc}")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: budgets.py divides by monthlyUSD: share = Infinity, no JSON")
 def test_tiny_budget_share_is_valid_json(fuzzed):
     """Found by the fuzz: ``PUT budgets/team-a {"monthlyUSD": 2.2e-311}`` (valid by the document:
-    exclusiveMinimum 0) answers ``"share": Infinity``, which no JSON parser but Python's accepts."""
+    exclusiveMinimum 0) answered ``"share": Infinity``, which no JSON parser but Python's accepts;
+    now refused (400: a cent at least)."""
     import json
 
     resp = fuzzed.srv.request("PUT", "budgets/team-a", json={"monthlyUSD": 2.225073858507e-311})
     try:
-        assert resp.status_code in (200, 400), resp.text
+        assert resp.status_code == 400 and resp.json()["field"].endswith("monthlyUSD"), resp.text
         json.loads(resp.text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     finally:
         fuzzed.srv.request("PUT", "budgets/team-a", json={"monthlyUSD": 1000})

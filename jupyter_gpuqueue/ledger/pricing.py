@@ -49,12 +49,17 @@ def mig_gpu_slices(profile: str) -> int:
     return int(m.group(2))
 
 
+#: The highest price accepted, USD per GPU-hour: above it costs overflow to no number (found by the fuzz).
+MAX_PRICE = 1_000_000.0
+
+
 def _check_price(value, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValidationError(f"price must be a number (USD per GPU-hour), got {value!r}", field=field)
     value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValidationError(f"price must be a finite number >= 0 (USD per GPU-hour), got {value}", field=field)
+    if not math.isfinite(value) or value < 0 or value > MAX_PRICE:
+        raise ValidationError(f"price must be a number from 0 to {MAX_PRICE:,.0f} (USD per GPU-hour), got {value}",
+                              field=field)
     return value
 
 
