@@ -10,7 +10,9 @@ priorities 50 / 100 / 200), a history runtime model trained on 3,000 finished ru
 
 Prints the wall time of: the snapshot (copy) alone; an estimate of every pending workload with
 the first ``--head`` (10) of each ClusterQueue simulated and the rest extrapolated, with the range
-(three forward runs) and without (one); with ``--full`` the whole queue simulated (one run).
+(three forward runs) and without (one); the calibrated range (one forward run, then
+``WaitCalibration.adjust`` for every estimate, its cache cold: right after an observation); with
+``--full`` the whole queue simulated (one run).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import statistics
 import time
 
 from jupyter_gpuqueue.engine import kueue_perf
+from jupyter_gpuqueue.engine.calibration import WaitCalibration
 from jupyter_gpuqueue.engine.estimate import estimate_starts
 from jupyter_gpuqueue.engine.model import CPU, PodSet, Workload
 from jupyter_gpuqueue.engine.runtime_model import HistoryRuntime
@@ -90,12 +93,31 @@ def main() -> int:
         t, est = timed(lambda: estimate_starts(sched, now, model, ranges=False), 1)
         done = sum(1 for e in est.values() if e.start_at is not None)
         print(f"whole queue, one forward run     {t * 1000:8.1f} ms  ({done:,} of {len(est):,} estimated)")
-    for n in (args.head,):
+    for n in sorted({1, args.head}):
         t, est = timed(lambda: estimate_starts(sched, now, model, exact_per_queue=n), args.repeat)
         print(f"with the range, exact_per_queue={n:<4} {t * 1000:8.1f} ms  "
               f"({sum(1 for e in est.values() if e.extrapolated):,} extrapolated)")
         t, est = timed(lambda: estimate_starts(sched, now, model, ranges=False, exact_per_queue=n), args.repeat)
         print(f"one run, exact_per_queue={n:<4}      {t * 1000:8.1f} ms")
+    cal = WaitCalibration()
+    crng = random.Random(2)
+    names = sorted(sched.config.cluster_queues)
+    for i in range(3000):
+        cq = names[i % len(names)]
+        e = crng.uniform(60, 20000)
+        cal.observe(cq, e, e * crng.lognormvariate(0, 0.5), float(i))
+    for n in sorted({1, args.head}):
+        def calibrated():
+            cal.observe(names[0], 100.0, 120.0, 1e9)  # a start: the cache is cold
+            est = estimate_starts(sched, now, model, ranges=False, exact_per_queue=n)
+            for k, e in est.items():
+                if e.start_at is not None:
+                    p, lo, hi = cal.adjust(e.cq, e.start_at - now)
+                    e.early, e.late = now + lo, now + hi
+            return est
+
+        t, _ = timed(calibrated, args.repeat)
+        print(f"calibrated range, exact_per_queue={n:<4} {t * 1000:6.1f} ms  (one run + adjust)")
     if args.exact:
         t, _ = timed(lambda: estimate_starts(sched, now, model, ranges=False, compress=False), 1)
         print(f"one forward run, Kueue's walk    {t * 1000:8.1f} ms")

@@ -25,7 +25,7 @@ wait was *like* ``e`` (within a factor ``similar`` of it, 4 by default: the rela
 
 widened to contain the point. [early, late] holds ``coverage`` of the actual waits *if the coming
 errors are like the past ones*; they are not quite (errors come in spells: all estimates made in
-one hour share one error), so on the Philly trace a nominal 90 % (the default) holds about 83 %
+one hour share one error), so on the Philly trace a nominal 90 % (the default) holds 82–83 %
 of the actual starts and a nominal 80 % about 75 % (the replay measures it: ``rangeCoverage``).
 The point is left alone by default: on that trace correcting it by the median of recent
 ratios made the median error worse (14.3 min instead of 9.7 with a window of 300; 9.7–11.3
