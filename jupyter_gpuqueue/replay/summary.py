@@ -95,6 +95,8 @@ def eta_text(eta: dict) -> str:
                   f"{fmt_duration(b['p90AbsErrorSeconds']):>10} {_pct(b['withinFactor2']):>10}\n")
 
     row(f"model ({eta['runtimeModel']})", eta)
+    if eta.get("simulationOnly"):
+        row("  simulation alone", eta["simulationOnly"])
     for name, b in eta["baselines"].items():
         row(f"baseline {name}", b)
     if eta.get("rangeCoverage") is not None:
