@@ -239,3 +239,24 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make):
 
     asyncio.run(scenario())
     assert seen_threads and all(t.startswith("gpuqueue-estimates") for t in seen_threads)
+
+
+def test_the_range_learns_from_the_estimators_own_errors(make):
+    """Each workload's first estimate is compared with its actual start; the calibration of the
+    range (engine/calibration.py) is fed the pair once it has started."""
+    svc = make()
+    submit(svc, "a", gpus=2)
+    wait(svc, lambda: svc.get_workload("one", "a")["state"] == "Running")
+    submit(svc, "b", gpus=2, runtime=300)
+    svc.tick()
+    svc.estimates.refresh_now()
+    first = svc.get_workload("one", "b")
+    rng = first["estimatedStartRange"]
+    # No past errors yet: the estimate ×/÷ 4 around the estimated wait (with its 60 s offset).
+    assert rng["early"] < first["estimatedStartAt"] < rng["late"]
+    svc.cancel("one", "a", user="alice")
+    wait(svc, lambda: svc.get_workload("one", "b")["state"] in ("Admitted", "Running"))
+    svc.estimates.refresh_now()  # sees b started: the pair is queued for the worker
+    assert svc.estimates.calibration.samples() == 0
+    svc.estimates.refresh_now()  # the worker takes it
+    assert svc.estimates.calibration.samples() == 1

@@ -68,6 +68,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from ..engine.wait_rate import RATE_WINDOWS, blend_waits, rate_wait
 from ..engine.calibration import WaitCalibration
 from ..engine.estimate import estimate_starts
 from ..engine.model import GPU, Inventory, Workload
@@ -79,7 +80,6 @@ from .trace import ReplayConfig, TraceJob, build_jobs
 FRACTIONS = (0.25, 0.5, 0.75)
 POINTS = ("submission",) + tuple(f"{int(f * 100)}%" for f in FRACTIONS)
 DEFAULT_SAMPLE = 200
-RATE_WINDOWS = (3600.0, 6 * 3600.0, 24 * 3600.0)
 BURST_GAP = 600.0
 
 
@@ -350,10 +350,9 @@ def eta_report(
     return block
 
 
-def _blend(model_wait: float, rate_wait: float, w: float, offset: float = 60.0) -> float:
-    """Geometric blend of two waits (s): model^(1-w) x rate^w (each + ``offset``, then - it)."""
-    a, b = math.log(max(0.0, model_wait) + offset), math.log(max(0.0, rate_wait) + offset)
-    return max(0.0, math.exp((1.0 - w) * a + w * b) - offset)
+def _blend(model_wait: float, rate_wait_s: float, w: float, offset: float = 60.0) -> float:
+    """:func:`..engine.wait_rate.blend_waits` (the service's blend too)."""
+    return blend_waits(model_wait, rate_wait_s, w, offset)
 
 
 def _cal_key(sched, key: str) -> str:
@@ -363,21 +362,13 @@ def _cal_key(sched, key: str) -> str:
 
 
 def _rate_estimate(sched, key: str, t: float, admissions: dict[str, list[float]]) -> Optional[float]:
-    """Position (1-based) / the ClusterQueue's recent admission rate (moving average)."""
+    """Position (1-based) / the ClusterQueue's recent admission rate (engine/wait_rate.py)."""
     pos = sched.position(key)
     wl = sched.workloads.get(key)
     if pos is None or wl is None:
         return None
-    cq = sched.cluster_queue_name(wl)
-    times = admissions.get(cq, [])
-    hi = bisect.bisect_left(times, t)  # admissions strictly before t
-    for w in RATE_WINDOWS + (None,):
-        lo = 0 if w is None else bisect.bisect_left(times, t - w)
-        n = hi - lo
-        if n > 0:
-            span = w if w is not None else max(t - times[0], 1.0)
-            return t + (pos[0] + 1) / (n / span)
-    return None
+    wait = rate_wait(pos[0], admissions.get(sched.cluster_queue_name(wl), []), t)
+    return None if wait is None else t + wait
 
 
 __all__ = ["DEFAULT_SAMPLE", "EtaOptions", "FRACTIONS", "POINTS", "eta_report", "make_model", "team_gpu_keys"]

@@ -19,6 +19,13 @@ run times), computed here:
   materially since the last event (a first estimate, a new reason, a start moved by more than
   ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at most ``events_per_refresh`` per
   refresh, so panels update without polling.
+- **The point and the range.** One forward run (no extra draws); its wait is blended with the
+  ClusterQueue's recent admission rate (position / admissions per second over the last hour, with
+  at least 5 admissions: :mod:`..engine.wait_rate`, as the replay measured it), and the range
+  comes from the estimator's own past errors: each workload's first estimate is compared with
+  its actual start, and early / late are the estimate times the 5th / 95th percentile of recent
+  ratios in its ClusterQueue (:class:`..engine.calibration.WaitCalibration`; ×/÷ 4 until 20 are
+  known).
 - **Run times.** :class:`..engine.runtime_model.HistoryRuntime` keyed by (team, owner, command,
   shape), then (team, shape), team, everything; seeded at start from the ledger's finished runs
   (the last ``history_seed_limit``), fed as runs end (``observe_finished``); without history, the
@@ -44,6 +51,7 @@ What an estimate cannot foresee is in docs/estimates.md and in ``ESTIMATE_CAVEAT
 from __future__ import annotations
 
 import asyncio
+import bisect
 import calendar
 import logging
 import math
@@ -52,10 +60,12 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Optional
 
+from ..engine.calibration import WaitCalibration
 from ..engine.estimate import Estimate, estimate_starts
 from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
 from ..engine.snapshot import copy_workload, snapshot
+from ..engine.wait_rate import RATE_BLEND, blend_waits, rate_wait
 from .live import engine_workload
 from .states import PENDING
 
@@ -142,6 +152,16 @@ class Estimates:
         self.wanted = True  # GpuQueueApp.estimate_start_times: False, no estimates at all
         self.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())  # the worker's only
         self._observations: deque = deque()  # (Workload, seconds) to feed the model, on the worker
+        # The range: the estimator's own past errors (engine/calibration.py), the worker's only;
+        # fed (ClusterQueue, estimated wait, actual wait, at) as workloads estimated before start.
+        self.calibration = WaitCalibration()
+        self._cal_observations: deque = deque()
+        self._first: dict[str, tuple[float, float, str]] = {}  # key -> (at, estimated wait, ClusterQueue)
+        # Admission times per ClusterQueue (ascending, the last 24 h): the rate the point is blended with.
+        self._admissions: dict[str, list[float]] = {}
+        self._prev_admitted: set[str] = set()
+        self.rate_blend = RATE_BLEND
+        self.rate_min_admissions = 5  # a rate from fewer admissions is not blended in
         self.results: dict[str, Estimate] = {}
         self.faster: dict[str, list[dict]] = {}
         self._sent: dict[str, Estimate] = {}  # key -> the estimate the last workload event carried
@@ -165,6 +185,11 @@ class Estimates:
         """Feed the model the ledger's finished runs (the last ``history_seed_limit``); returns how
         many. Called once at start."""
         rows = self.ledger.list_workloads(states=FINISHED_STATES)
+        since = self.conf.clock() - 24 * 3600.0
+        for row in rows:  # admissions of the last day: the admission rates of the blend
+            at, cq = row.get("admitted_at"), row.get("cluster_queue")
+            if at is not None and cq and at >= since:
+                bisect.insort(self._admissions.setdefault(cq, []), float(at))
         n = 0
         for row in rows[-self.history_seed_limit:]:
             started, finished = row.get("started_at"), row.get("finished_at")
@@ -292,6 +317,7 @@ class Estimates:
             if deadline:
                 deadlines[key] = float(deadline)
         pending = [k for k in snap.workloads if k not in snap.admitted]
+        self._record_admissions(snap, now)
         variants = None  # None: keep the faster options found before
         seen = self._faster_seen
         since = time.monotonic() - self._last_faster
@@ -302,7 +328,21 @@ class Estimates:
             variants = self._variants(snap, pending)
             self._faster_seen = set(pending)
         return {"version": self._version, "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
-                "variants": variants}
+                "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()}}
+
+    def _record_admissions(self, snap, now: float) -> None:
+        """Admissions since the last refresh, per ClusterQueue (for the rate of the blend)."""
+        admitted = set(snap.admitted)
+        for key in admitted - self._prev_admitted:
+            cq = snap.admitted_cq.get(key)
+            at = snap.admit_time.get(key)
+            if cq and at is not None:
+                bisect.insort(self._admissions.setdefault(cq, []), float(at))
+        self._prev_admitted = admitted
+        horizon = now - 24 * 3600.0
+        for ts in self._admissions.values():
+            if ts and ts[0] < horizon:
+                del ts[:bisect.bisect_left(ts, horizon)]
 
     # -- on the worker -------------------------------------------------------------------------------
     def _compute(self, job: dict):
@@ -311,9 +351,13 @@ class Estimates:
         while obs:
             wl, seconds = obs.popleft()
             self.model.observe(wl, seconds)
+        cal_obs = self._cal_observations
+        while cal_obs:
+            self.calibration.observe(*cal_obs.popleft())
         snap, now = job["snap"], job["now"]
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
-                                  exact_per_queue=self.exact_per_queue)
+                                  exact_per_queue=self.exact_per_queue, ranges=False)
+        self._blend_and_range(snap, now, results, job["admissions"])
         if job["variants"] is None:
             return job["version"], now, results, None, time.perf_counter() - t0
         faster: dict[str, list[dict]] = {}
@@ -337,6 +381,26 @@ class Estimates:
             if found:
                 faster[key] = found[:3]
         return job["version"], now, results, faster, time.perf_counter() - t0
+
+    def _blend_and_range(self, snap, now: float, results: dict, admissions: dict) -> None:
+        """Each estimate's point blended with its ClusterQueue's admission rate
+        (engine/wait_rate.py) and its range from the estimator's past errors
+        (engine/calibration.py): ``start_at``, ``early``, ``late`` set in place."""
+        cal, w = self.calibration, self.rate_blend
+        for key, est in results.items():
+            if est.start_at is None:
+                continue
+            wl = snap.workloads.get(key)
+            cq = est.cq or (snap.cluster_queue_name(wl) if wl is not None else None) or "?"
+            wait = max(0.0, est.start_at - now)
+            if w > 0 and not est.extrapolated and est.held_until is None:
+                pos = snap.position(key)
+                r = rate_wait(pos[0], admissions.get(cq, ()), now, self.rate_min_admissions) if pos is not None else None
+                if r is not None:
+                    wait = blend_waits(wait, r, w)
+            point, early, late = cal.adjust(cq, wait)
+            est.start_at, est.early, est.late = now + point, now + early, now + late
+            est.cq = cq
 
     def _variant_start(self, snap, key: str, variant: Workload, now: float, job: dict) -> Optional[float]:
         """When ``variant`` would start in ``key``'s place (a copy of ``snap``, one forward run)."""
@@ -430,6 +494,7 @@ class Estimates:
             faster = {k: v for k, v in self.faster.items() if k in results}
         self.results, self.faster, self.computed_at = results, faster, now
         self.refreshes += 1
+        self._observe_starts(results, now)
         # A workload event for each estimate that changed materially since the last one sent,
         # at most events_per_refresh (first estimates first); the others go at the next refresh.
         by_key, records, sent, sent_faster = self.live.by_key, self.live.records, self._sent, self._sent_faster
@@ -452,6 +517,21 @@ class Estimates:
             for key in [k for k in sent if k not in results]:
                 sent.pop(key, None)
                 sent_faster.pop(key, None)
+
+    def _observe_starts(self, results: dict, now: float) -> None:
+        """Remember each workload's first estimate; when it has started, hand the pair (estimated
+        wait, actual wait) to the calibration (on the worker, at its next refresh)."""
+        first, records, by_key = self._first, self.live.records, self.live.by_key
+        for key, est in results.items():
+            if est.start_at is not None and key not in first:
+                first[key] = (now, max(0.0, est.start_at - now), est.cq or "?")
+        for key in [k for k in first if k not in results]:
+            at, wait, cq = first.pop(key)
+            uid = by_key.get(key)
+            rec = records.get(uid) if uid is not None else None
+            admitted = rec.get("admitted_at") if rec is not None else None
+            if admitted is not None and admitted >= at:
+                self._cal_observations.append((cq, wait, admitted - at, admitted))
 
     # -- the view's fields -----------------------------------------------------------------------------
     def fields(self, rec: dict) -> dict:
