@@ -164,7 +164,7 @@ A100_GPU = {"flavor": "nvidia-a100", "resource": "nvidia.com/gpu"}
         (("priority-classes", "development"), {"value": 2_000_000_000}, "value",
          "maximum allowed value of a user defined priority is 1000000000"),
         (("priority-classes", "development"), {"value": "high"}, "value", "integer"),
-        (("prices",), {"flavors": {"nvidia-a100": -1}, "default": 2.0}, "flavors.nvidia-a100", ">= 0"),
+        (("prices",), {"flavors": {"nvidia-a100": -1}, "default": 2.0}, "flavors.nvidia-a100", "from 0 to"),
         (("prices",), {"flavors": {"nvidia-b200": 5}, "default": 2.0}, "flavors.nvidia-b200",
          "no ResourceFlavor nvidia-b200"),
         (("prices",), {"flavors": {}, "default": 2.0, "currency": "EUR"}, "currency", "only USD"),
