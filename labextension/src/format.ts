@@ -207,7 +207,13 @@ export function assignedDevices(w: IWorkload): string | null {
   }
   const node = placements.length === 1 && placements[0].node ? ` on ${placements[0].node}` : '';
   if (mig || devices.some(d => d.startsWith('MIG-'))) {
-    return `${devices.join(', ')}${node}`;
+    // "MIG 1g.10gb on node-a (MIG-3f2a9c1e…)": the profile first; a slice's UUID is only told apart by its start.
+    const profiles = [
+      ...new Set(placements.map(p => migProfileOf(p.resource ?? '')).filter((x): x is string => !!x))
+    ];
+    const what = profiles.length > 0 ? `MIG ${profiles.join(', ')}` : 'MIG';
+    const ids = devices.map(d => (d.length > 13 ? `${d.slice(0, 12)}…` : d)).join(', ');
+    return `${devices.length > 1 ? `${devices.length} × ` : ''}${what}${node} (${ids})`;
   }
   return `GPU ${devices.join(', ')}${node}`;
 }

@@ -149,6 +149,11 @@ async def test_cost_view_and_status_bar(jp_fetch, gpuqueue_service, lab_url, chr
                 await expect(grid.locator(".jp-gpuqueue-slot.jp-mod-used")).to_have_count(1)
                 await expect(grid.locator(".jp-gpuqueue-slot.jp-mod-used")).to_have_text("notebook-slice")
                 await expect(panel.locator('[data-node="node-b"] .jp-gpuqueue-slot.jp-mod-used')).to_have_count(4)
+                # Whole GPUs and MIG slices are counted apart (issue 15 item 10: "10 free devices").
+                head_a = panel.locator('.jp-gpuqueue-grid-node[data-node="node-a"] .jp-gpuqueue-grid-node-name')
+                await expect(head_a).to_contain_text(re.compile(r"\d+ free GPUs? · \d+ free MIG slices?"))
+                head_b = panel.locator('.jp-gpuqueue-grid-node[data-node="node-b"] .jp-gpuqueue-grid-node-name')
+                await expect(head_b).to_contain_text(re.compile(r"\d+ free GPUs?$"))
 
                 await panel.locator('[data-section="availability"] .jp-gpuqueue-section-toggle').click()
                 await expect(panel.locator(".jp-gpuqueue-grid")).to_have_count(0)

@@ -85,12 +85,18 @@ export function MigGrid(props: { inventory: IInventory | null }): JSX.Element | 
   return (
     <div className="jp-gpuqueue-grid" aria-label="GPUs and MIG slices per node">
       {nodes.map(n => {
-        const free = n.gpus.reduce(
-          (s, g) => s + (g.mig === null ? (g.assignedTo ? 0 : 1) : g.mig.filter(d => !d.assignedTo).length), 0);
+        // Whole GPUs and MIG slices are counted apart: 7 free 1g slices are not 7 free GPUs.
+        const freeGpus = n.gpus.filter(g => g.mig === null && !g.assignedTo).length;
+        const freeSlices = n.gpus.reduce((s, g) => s + (g.mig === null ? 0 : g.mig.filter(d => !d.assignedTo).length), 0);
+        const hasMig = n.gpus.some(g => g.mig !== null);
+        const parts = [`${freeGpus} free GPU${freeGpus === 1 ? '' : 's'}`];
+        if (hasMig) {
+          parts.push(`${freeSlices} free MIG slice${freeSlices === 1 ? '' : 's'}`);
+        }
         return (
           <div key={n.name} className="jp-gpuqueue-grid-node" data-node={n.name}>
             <div className="jp-gpuqueue-grid-node-name">
-              {n.name} <span className="jp-gpuqueue-muted">· {free} free device{free === 1 ? '' : 's'}</span>
+              {n.name} <span className="jp-gpuqueue-muted">· {parts.join(' · ')}</span>
             </div>
             {n.gpus.map(g => (
               <GpuRow key={g.index} gpu={g} />
