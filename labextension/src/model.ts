@@ -232,6 +232,34 @@ export class QueueModel implements IDisposable {
     Signal.clearData(this);
   }
 
+  /**
+   * Positions of your pending workloads from a queues view: one snapshot for all of them.
+   * A workload's own view carries its position as it was when that view was made; positions
+   * shift without an event for each workload (one finishes, a victim is requeued in front), so
+   * two cards could both say "position 1" until the next refetch.
+   */
+  private _takePositions(queues: IQueues): void {
+    const positions = new Map<string, [number | null, number | null]>();
+    for (const cq of queues.clusterQueues) {
+      for (const p of cq.pending ?? []) {
+        positions.set(workloadKey(p), [p.positionInClusterQueue, p.positionInLocalQueue]);
+      }
+    }
+    for (const [key, entry] of this._workloads) {
+      const w = entry.workload;
+      const pos = positions.get(key);
+      if (w.state !== 'Pending' || !pos) {
+        continue;
+      }
+      if (w.positionInClusterQueue !== pos[0] || w.positionInLocalQueue !== pos[1]) {
+        this._workloads.set(key, {
+          ...entry,
+          workload: { ...w, positionInClusterQueue: pos[0], positionInLocalQueue: pos[1] }
+        });
+      }
+    }
+  }
+
   private _apply(w: IWorkload): void {
     const key = workloadKey(w);
     const known = this._workloads.has(key);
@@ -401,6 +429,7 @@ export class QueueModel implements IDisposable {
       }
       if (queuesR.status === 'fulfilled' && queuesR.value) {
         this._queues = queuesR.value;
+        this._takePositions(queuesR.value);
       }
       if (inventoryR.status === 'fulfilled' && inventoryR.value) {
         this._inventory = inventoryR.value;

@@ -253,3 +253,49 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                     await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
             except AssertionError:
                 pass
+
+
+async def test_positions_follow_the_queue_without_an_event_per_job(jp_fetch, started, lab_url, chromium_launch_args):
+    """Issue 15 item 10 ("two jobs both showed position 1"): a card's position comes from one
+    snapshot of the queue for all cards (the queues view the panel refetches on a ``queues``
+    event), not from each workload's last event. Three waiting jobs; the first is cancelled;
+    the others move up at once, and no two cards ever show the same position."""
+    from playwright.async_api import async_playwright, expect
+
+    keys: list[str] = []
+    try:
+        blocker = await api(jp_fetch, "workloads", method="POST", body={
+            "name": "pos-blocker", "localQueue": "team-b/team-b-queue", "command": sleeper(), "gpus": 4,
+            "flavor": "nvidia-h100", "maxRuntime": "15m"})
+        keys.append(f"{blocker['namespace']}/{blocker['name']}")
+        await wait_for_state(jp_fetch, keys[0], ("Running",))
+        for i in range(3):
+            w = await api(jp_fetch, "workloads", method="POST", body={
+                "name": f"pos-wait-{i}", "localQueue": "team-b/team-b-queue", "command": sleeper(), "gpus": 4,
+                "flavor": "nvidia-h100", "maxRuntime": "15m"})
+            keys.append(f"{w['namespace']}/{w['name']}")
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+                page.set_default_timeout(30000)
+                await page.goto(lab_url)
+                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await page.locator(".jp-gpuqueue-status").click()
+                panel = page.locator("#jp-gpuqueue-panel")
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                cards = {k: panel.locator(f'[data-gpuqueue-job="{k}"]') for k in keys[1:]}
+                await expect(cards[keys[1]]).to_contain_text("position 1 in team-b-queue")
+                await expect(cards[keys[3]]).to_contain_text("position 3 in team-b-queue")
+                await api(jp_fetch, "workloads", *keys[1].split("/"), method="DELETE")
+                # no event about pos-wait-1 or -2 themselves: the refetched queue moves them up
+                await expect(cards[keys[2]]).to_contain_text("position 1 in team-b-queue", timeout=10000)
+                await expect(cards[keys[3]]).to_contain_text("position 2 in team-b-queue")
+            finally:
+                await browser.close()
+    finally:
+        for key in keys:
+            try:
+                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+            except Exception:
+                pass
