@@ -211,7 +211,7 @@ async def test_hard_limit_holds_new_work_admins_lift_or_raise_and_order_is_kept(
     assert [j["name"] for j in a_report["topJobs"]][0] == "earlier"
     status, csv_text, headers = await call(jp_fetch, "reports", "teams", params={"format": "csv"})
     assert status == 200 and headers["Content-Type"].startswith("text/csv")
-    assert csv_text.splitlines()[0] == "namespace,month,jobs,gpuHours,costUsd,avgGpuUtilization,budgetUsd,topJobs"
+    assert csv_text.splitlines()[0] == "namespace,month,jobs,gpuHours,costUsd,avgGpuUtilization,budgetUsd,topJobs,idleReclaimedGpuHours,idleReclaims"
     for params, field in [({"month": "2026-13"}, "month"), ({"format": "xml"}, "format"),
                           ({"from": "2026-11-05", "to": "2026-11-01"}, "to")]:
         status, body, _ = await call(jp_fetch, "reports", "teams", params=params)
