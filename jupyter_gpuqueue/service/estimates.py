@@ -134,7 +134,12 @@ class Estimates:
 
     min_interval = 1.0  # s between two refreshes at most
     refresh_interval = 30.0  # s between two refreshes at least (time passing moves predictions)
-    exact_per_queue: Optional[int] = 50  # simulated per ClusterQueue; the rest extrapolated
+    # Deep queues: only the head of each ClusterQueue is simulated, the rest extrapolated at its
+    # pace (engine/estimate.py); a queue of at most simulate_all_below pending is simulated whole.
+    # benchmarks/bench_estimate.py: 10,570 pending over 30 ClusterQueues, one run with
+    # exact_per_queue=1 and the calibrated range 241 ms (50 per queue: 11 s).
+    exact_per_queue: Optional[int] = 1
+    simulate_all_below = 1000
     history_seed_limit = 20_000  # finished runs read from the ledger at start
     faster_options_limit = 10  # workloads per round that get variants estimated
     faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
@@ -355,8 +360,10 @@ class Estimates:
         while cal_obs:
             self.calibration.observe(*cal_obs.popleft())
         snap, now = job["snap"], job["now"]
+        pending = len(snap.workloads) - len(snap.admitted)
+        exact = None if pending <= self.simulate_all_below else self.exact_per_queue
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
-                                  exact_per_queue=self.exact_per_queue, ranges=False)
+                                  exact_per_queue=exact, ranges=False)
         self._blend_and_range(snap, now, results, job["admissions"])
         if job["variants"] is None:
             return job["version"], now, results, None, time.perf_counter() - t0
