@@ -17,7 +17,13 @@ pid to a marker file named by its uid) and succeeded, no interval is open, no de
 
 Scale: ``CRASH_SEEDS`` seeds × ``TRIALS`` kills (21 by default); servers are forked from a
 pre-imported Python (tests/server_zygote.py) so that a restart costs about a second.
-``GPUQUEUE_CRASH_TRIALS=<n>`` runs n kills per seed instead.
+``GPUQUEUE_CRASH_TRIALS=<n>`` runs n kills per seed instead. One seed runs on PostgreSQL too.
+
+Kills that land inside the group commit, not by chance: ``GPUQUEUE_FAILPOINT`` arms the server to
+SIGKILL itself before or after the Nth commit while 8 clients keep submissions outstanding
+(5 kills per ledger kind, SQLite and PostgreSQL; every one must land mid-request, and the run
+prints how many did and how many rows were committed but unacknowledged); see
+``FAILPOINT_KILLS`` below.
 """
 
 from __future__ import annotations
@@ -135,8 +141,10 @@ def launcher():
 class Queue:
     """A queue's setup, its current server, and what clients were told."""
 
-    def __init__(self, base: Path, launcher: Launcher, rng: random.Random):
-        self.setup = ServerSetup(base, CLUSTER, INVENTORY)
+    def __init__(self, base: Path, launcher: Launcher, rng: random.Random, db_url: str = ""):
+        self.db_url = db_url  # "" : the setup's SQLite file
+        extra = f"c.GpuQueueApp.db_url = {db_url!r}\n" if db_url else ""
+        self.setup = ServerSetup(base, CLUSTER, INVENTORY, extra_config=extra)
         self.marks = base / "marks"
         self.marks.mkdir()
         self.launcher = launcher
@@ -253,6 +261,8 @@ def drain_then_kill(q: Queue) -> None:
 
 def ledger_rows(q: Queue) -> tuple[dict[str, dict], dict[str, list[dict]]]:
     """Workloads by uid and usage intervals by workload uid, from one read transaction."""
+    if getattr(q, "db_url", None):
+        return _ledger_rows_sqlalchemy(q.db_url)
     con = sqlite3.connect(f"file:{q.setup.db_path}?mode=ro", uri=True, timeout=30)
     con.row_factory = sqlite3.Row
     try:
@@ -267,6 +277,27 @@ def ledger_rows(q: Queue) -> tuple[dict[str, dict], dict[str, list[dict]]]:
     for r in rows.values():
         for k in ("spec", "admission", "run"):
             r[k] = json.loads(r[k]) if r[k] is not None else None
+    return rows, intervals
+
+
+def _ledger_rows_sqlalchemy(url: str) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """:func:`ledger_rows` of a ledger at a SQLAlchemy URL (PostgreSQL), one REPEATABLE READ
+    transaction."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, isolation_level="REPEATABLE READ")
+    try:
+        with engine.connect() as con:
+            rows = {r["uid"]: dict(r) for r in con.execute(sa.text("SELECT * FROM workloads")).mappings()}
+            intervals = defaultdict(list)
+            for r in con.execute(sa.text("SELECT * FROM usage_intervals ORDER BY id")).mappings():
+                intervals[r["workload_uid"]].append(dict(r))
+    finally:
+        engine.dispose()
+    for r in rows.values():
+        for k in ("spec", "admission", "run"):
+            if isinstance(r[k], str):
+                r[k] = json.loads(r[k])
     return rows, intervals
 
 
@@ -427,8 +458,15 @@ def drain_and_check_final(q: Queue, timeout: float = 90.0) -> None:
 
 @pytest.mark.parametrize("seed", CRASH_SEEDS)
 def test_kill9_during_bursts_and_drains_loses_nothing(tmp_path, launcher, seed):
-    rng = random.Random(seed)
-    q = Queue(tmp_path, launcher, rng)
+    _kill9_trials(Queue(tmp_path, launcher, random.Random(seed)), seed)
+
+
+def test_kill9_during_bursts_and_drains_loses_nothing_postgresql(tmp_path, launcher, postgres_url):
+    """The same kills on a real PostgreSQL server (issue 16: crash trials on PostgreSQL)."""
+    _kill9_trials(Queue(tmp_path, launcher, random.Random(CRASH_SEEDS[0]), db_url=postgres_url), CRASH_SEEDS[0])
+
+
+def _kill9_trials(q: Queue, seed: int) -> None:
     try:
         for trial in range(TRIALS):
             kind = (burst_then_kill, drain_then_kill)[(trial + seed) % 2]
@@ -437,6 +475,152 @@ def test_kill9_during_bursts_and_drains_loses_nothing(tmp_path, launcher, seed):
         assert q.acked, "no submission was acknowledged at all"
         drain_and_check_final(q)
         assert q.adopted, "no running job was ever adopted after a restart"
+    except BaseException:
+        print(q.server.log_tail(80))
+        raise
+    finally:
+        q.server.stop()
+
+
+# -- kills at chosen points inside the group commit (GPUQUEUE_FAILPOINT) ------------------------------
+#
+# The server itself SIGKILLs at the Nth group commit (ledger/group_commit.py): "before" (the batch
+# taken from the queue, nothing of it written: its requests are outstanding) or "after" (committed
+# and fsynced, nothing answered: durable but unacknowledged, the case the group commit exists
+# for), while 8 clients keep submissions outstanding. Then the server restarts unarmed, and:
+# every acknowledged submission is there exactly once; nothing is there that no client sent;
+# after an "after" kill at least one row is committed-but-unacknowledged; a client retrying each
+# unanswered submission with its own name gets 409 exactly when it was committed (never a second
+# workload); quotas are never over-committed (check_invariants); at the end every workload ran once.
+
+FAILPOINT_KILLS = [("before", 1), ("before", 4), ("after", 1), ("after", 3), ("after", 7)]
+MIN_MID_REQUEST_KILLS = len(FAILPOINT_KILLS)  # every armed kill must land with requests outstanding
+
+
+class FailpointRound:
+    """What the clients saw during one armed server's life."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.sent: dict[str, dict] = {}  # name -> request, every request sent
+        self.unanswered: dict[str, dict] = {}  # name -> request: sent, the connection died before the answer
+        self.refused = 0  # not sent: the server was already gone
+
+
+def _submit_until_dead(q: Queue, rnd: FailpointRound, stop: threading.Event) -> None:
+    with requests.Session() as session:
+        while not stop.is_set():
+            req = q.job()
+            with rnd.lock:
+                rnd.sent[req["name"]] = req
+            try:
+                r = q.server.request("POST", "workloads", session, json=req, timeout=30)
+            except requests.ConnectionError as exc:
+                with rnd.lock:
+                    if "refused" in str(exc).lower():
+                        del rnd.sent[req["name"]]
+                        rnd.refused += 1
+                    else:  # reset / aborted / remote disconnected: it was in flight at the kill
+                        rnd.unanswered[req["name"]] = req
+                return
+            if r.status_code != 201:
+                raise AssertionError((r.status_code, r.text))
+            wl = r.json()
+            with q.lock:
+                assert wl["uid"] not in q.acked
+                q.acked[wl["uid"]] = f"{wl['namespace']}/{wl['name']}"
+
+
+def failpoint_kill(q: Queue, point: str, nth: int) -> dict:
+    """One armed server's life and death (see above); returns the round's counts."""
+    q.server.stop()
+    base_env = q.setup.env
+    q.setup.env = lambda: {**base_env(), "GPUQUEUE_FAILPOINT": f"group-commit:{point}:{nth}"}
+    try:
+        q.server = q.launcher.start(q.setup)
+    finally:
+        q.setup.env = base_env
+    rnd, stop = FailpointRound(), threading.Event()
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            _submit_until_dead(q, rnd, stop)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while q.server.alive():
+        assert time.monotonic() < deadline, f"failpoint {point}:{nth} never fired\n{q.server.log_tail()}"
+        time.sleep(0.01)
+    stop.set()
+    for t in threads:
+        t.join(40)
+    if errors:
+        raise errors[0]
+    q.server.kill9()  # reap it
+    assert f"failpoint group-commit:{point}:{nth}" in q.server.log_path.read_text(errors="replace")
+    q.server = q.launcher.start(q.setup)  # unarmed
+
+    rows, _ = ledger_rows(q)
+    by_name = {f"{r['namespace']}/{r['name']}": uid for uid, r in rows.items()}
+    acked_names = {q.acked[u].split("/", 1)[1] for u in q.acked}
+    sent_names = {n for n in rnd.sent}
+    # nothing in the ledger that no client sent (this round's names are new)
+    round_rows = {n for key, n in ((k, k.split("/", 1)[1]) for k in by_name) if n in sent_names}
+    committed_unacked = sorted(n for n in round_rows if n not in acked_names)
+    assert set(committed_unacked) <= set(rnd.unanswered), (point, nth, committed_unacked, sorted(rnd.unanswered))
+    if point == "after":  # the killed batch was committed, none of it answered
+        assert committed_unacked, f"after:{nth}: no committed-but-unacknowledged row ({len(rnd.unanswered)} unanswered)"
+    # a client retries what got no answer, under the same name: 409 when it was committed
+    with requests.Session() as session:
+        for name, req in sorted(rnd.unanswered.items()):
+            r = q.server.request("POST", "workloads", session, json=req, timeout=30)
+            if name in committed_unacked:
+                assert r.status_code == 409, (name, r.status_code, r.text)
+            else:
+                assert r.status_code == 201, (name, r.status_code, r.text)
+                wl = r.json()
+                q.acked[wl["uid"]] = f"{wl['namespace']}/{wl['name']}"
+    for name in committed_unacked:
+        key = f"{rnd.sent[name]['localQueue'].split('/')[0]}/{name}"
+        q.acked[by_name[key]] = key  # the retry's 409 told the client it is there
+    return {"unanswered": len(rnd.unanswered), "committedUnacked": len(committed_unacked),
+            "acked": sum(1 for n in sent_names if n in acked_names), "refused": rnd.refused}
+
+
+def _failpoint_trials(q: Queue) -> None:
+    mid_request = 0
+    lines = []
+    for point, nth in FAILPOINT_KILLS:
+        counts = failpoint_kill(q, point, nth)
+        mid_request += counts["unanswered"] > 0
+        lines.append(f"  {point}:{nth}: {counts}")
+        check_invariants(q, f"failpoint {point}:{nth}")
+    print(f"failpoint kills: {len(FAILPOINT_KILLS)}, mid-request: {mid_request}\n" + "\n".join(lines))
+    assert mid_request >= MIN_MID_REQUEST_KILLS, lines
+    drain_and_check_final(q)
+
+
+def test_failpoint_kills_inside_the_group_commit_sqlite(tmp_path, launcher):
+    q = Queue(tmp_path, launcher, random.Random(5))
+    try:
+        _failpoint_trials(q)
+    except BaseException:
+        print(q.server.log_tail(80))
+        raise
+    finally:
+        q.server.stop()
+
+
+def test_failpoint_kills_inside_the_group_commit_postgresql(tmp_path, launcher, postgres_url):
+    """The same on a real PostgreSQL server (issue 16: crash trials on PostgreSQL)."""
+    q = Queue(tmp_path, launcher, random.Random(6), db_url=postgres_url)
+    try:
+        _failpoint_trials(q)
     except BaseException:
         print(q.server.log_tail(80))
         raise
