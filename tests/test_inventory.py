@@ -221,8 +221,35 @@ def test_nvml_absent_or_empty_gives_none():
     assert discover(empty) is None and empty.shutdown_calls == 1
 
 
-def test_this_machine_has_no_gpu_so_discover_is_none():
-    assert discover() is None
+def _nvml_gpu_uuids() -> list[str]:
+    """This machine's GPUs as NVML itself lists them (an independent look: pynvml directly, not
+    through ``discover``); empty without a driver or without GPUs."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        return [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                for i in range(pynvml.nvmlDeviceGetCount())]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def test_discover_on_this_machine_matches_nvml():
+    """No GPU (no driver): None. On a GPU host: one node with exactly NVML's GPUs, in its order
+    (the test holds on either kind of machine)."""
+    uuids = _nvml_gpu_uuids()
+    inv = discover()
+    if not uuids:
+        assert inv is None
+        return
+    assert inv is not None and inv.source == "nvml" and len(inv.nodes) == 1
+    assert [g.uuid for g in inv.nodes[0].gpus] == uuids
+    assert [g.index for g in inv.nodes[0].gpus] == list(range(len(uuids)))
 
 
 def test_load_inventory_falls_back_nvml_then_demo(monkeypatch, tmp_path):
