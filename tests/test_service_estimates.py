@@ -6,6 +6,7 @@ debounced refresh on the worker thread of a running loop."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 import time
@@ -203,13 +204,18 @@ def test_next_month_start():
     assert next_month_start(1767225599.0) == 1767225600.0  # December rolls over to January
 
 
-def test_the_running_service_refreshes_estimates_off_the_event_loop(make):
+@pytest.mark.parametrize("use_fork", [True, False], ids=["forked-process", "thread"])
+def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_path, use_fork):
+    """The forward run happens off the event loop: in a forked copy of the process (the default:
+    no GIL shared with the loop) or on a worker thread; the panel hears of the estimate."""
     svc = make(restore=False)
-    seen_threads: list[str] = []
+    svc.estimates.use_fork = use_fork
+    where = tmp_path / "where"
     real = svc.estimates._compute
 
     def compute(job):
-        seen_threads.append(threading.current_thread().name)
+        with open(where, "a") as f:
+            f.write(f"{os.getpid()} {threading.current_thread().name}\n")
         return real(job)
 
     svc.estimates._compute = compute
@@ -238,7 +244,12 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make):
             await svc.stop()
 
     asyncio.run(scenario())
-    assert seen_threads and all(t.startswith("gpuqueue-estimates") for t in seen_threads)
+    seen = [line.split(" ", 1) for line in where.read_text().splitlines()]
+    assert seen
+    if use_fork:
+        assert all(int(pid) != os.getpid() for pid, _ in seen)  # another process
+    else:
+        assert all(int(pid) == os.getpid() and name.startswith("gpuqueue-estimates") for pid, name in seen)
 
 
 def test_the_range_learns_from_the_estimators_own_errors(make):

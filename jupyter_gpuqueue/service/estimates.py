@@ -13,9 +13,10 @@ run times), computed here:
   least every ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job
   that has outlived its history is expected to run longer).
 - **Where.** The copy (:func:`..engine.snapshot.snapshot`) is taken on the event loop, which owns
-  the Scheduler; the forward run happens on one worker thread (``ThreadPoolExecutor(1)``), which
-  alone owns the run-time model. The result is published back on the loop; a result computed from
-  a snapshot older than the one already published is dropped. Workloads whose estimate changed
+  the Scheduler; the forward run happens in a forked copy of the process (``use_fork``, Linux:
+  it shares no GIL with the event loop; only its result is pickled back through a pipe the loop
+  reads without blocking), else on one worker thread. The result is published back on the loop;
+  a result computed from a snapshot older than the one already published is dropped. Workloads whose estimate changed
   materially since the last event (a first estimate, a new reason, a start moved by more than
   ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at most ``events_per_refresh`` per
   refresh, so panels update without polling.
@@ -53,12 +54,16 @@ from __future__ import annotations
 import asyncio
 import bisect
 import calendar
+import gc
 import logging
 import math
+import os
+import pickle
+import signal
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..engine.calibration import WaitCalibration
 from ..engine.estimate import Estimate, estimate_starts
@@ -145,8 +150,10 @@ class Estimates:
     faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
     faster_options_seconds = 0.1  # s of worker time per round for the variants, at most
     faster_options_interval = 10.0  # s between two rounds of faster options (kept in between)
+    use_fork = True  # compute in a forked process (no GIL shared with the loop); else a thread
     events_per_refresh = 50  # workload events sent per refresh at most (the rest at the next one)
     cpu_share = 0.1  # of one core, at most, for the estimates (refreshes are spaced to keep to it)
+    loop_share = 0.01  # of the event loop's time, at most, for the snapshot and the fork
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", checks: "RequestChecks",
                  costs: "Costs", events: "EventHub", log: logging.Logger, *, delegated: bool):
@@ -183,7 +190,8 @@ class Estimates:
         self._executor: Optional[ThreadPoolExecutor] = None
         self.refreshes = 0  # completed refreshes (tests, metrics)
         self.last_duration = 0.0  # s of the last forward run(s) on the worker
-        self._prepare_seconds = 0.0  # s of the last snapshot on the event loop
+        self._prepare_seconds = 0.0  # s of the last snapshot (and fork) on the event loop
+        self.fork_seconds = 0.0  # s the last fork held the event loop
 
     # -- inputs ------------------------------------------------------------------------------------
     def seed_history(self) -> int:
@@ -236,7 +244,8 @@ class Estimates:
         # At most cpu_share of one core: a refresh that took 200 ms waits 2 s before the next
         # (the worker competes with the event loop for the GIL; BENCHMARKS.md, "Estimated start
         # times in the live service").
-        gap = max(self.min_interval, (self.last_duration + self._prepare_seconds) / self.cpu_share)
+        gap = max(self.min_interval, (self.last_duration + self._prepare_seconds) / self.cpu_share,
+                  self._prepare_seconds / self.loop_share)
         wait = self._last_start + gap - time.monotonic()
         if wait > 0:
             self._timer = loop.call_later(wait, self._start, loop)
@@ -257,16 +266,28 @@ class Estimates:
         except Exception:  # pragma: no cover - the queue goes on without estimates
             self.log.exception("gpuqueue: could not prepare the start-time estimates")
             return
+        self._running = True
+        if self.use_fork and hasattr(os, "fork"):
+            try:
+                t0 = time.perf_counter()
+                self._drain_observations()  # into the model the forked process copies
+                self._fork_compute(loop, job)
+                # the fork pauses the loop (page tables copied): counted in the spacing of refreshes
+                self.fork_seconds = time.perf_counter() - t0
+                self._prepare_seconds += self.fork_seconds
+                return
+            except OSError:  # pragma: no cover - no fork here (limits): a thread instead
+                self.log.warning("gpuqueue: cannot fork for the estimates; using a thread", exc_info=True)
+                self.use_fork = False
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="gpuqueue-estimates")
-        self._running = True
         fut = loop.run_in_executor(self._executor, self._compute, job)
-        fut.add_done_callback(lambda f: self._done(loop, f))
+        fut.add_done_callback(lambda f: self._done(loop, f.result))
 
-    def _done(self, loop: asyncio.AbstractEventLoop, fut) -> None:
+    def _done(self, loop: asyncio.AbstractEventLoop, result: Callable[[], tuple]) -> None:
         self._running = False
         try:
-            version, now, results, faster, duration = fut.result()
+            version, now, results, faster, duration = result()
         except Exception:
             self.log.exception("gpuqueue: start-time estimates failed")
         else:
@@ -274,6 +295,54 @@ class Estimates:
             self._publish(version, now, results, faster)
         if self._dirty and self.enabled and not loop.is_closed():
             self._schedule(loop)
+
+    def _fork_compute(self, loop: asyncio.AbstractEventLoop, job: dict) -> None:
+        """Compute in a forked copy of this process, which has the snapshot and the model as they
+        are now (copy-on-write; nothing is pickled but the result, read back through a pipe
+        without blocking the loop). A thread would share the GIL with the event loop: during a
+        refresh every request would wait for it (BENCHMARKS.md, "Estimated start times in the
+        live service"). The child closes every inherited descriptor but its pipe (it must not
+        hold the server's listening socket or the ledger), dies with this process
+        (PR_SET_PDEATHSIG) and ends with ``os._exit``."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: compute, write, exit; never return into the server's code
+            code = 1
+            try:
+                _child_setup(w)
+                data = pickle.dumps(self._compute(job), protocol=pickle.HIGHEST_PROTOCOL)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(w, view):]
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        os.set_blocking(r, False)
+        chunks: list[bytes] = []
+
+        def readable() -> None:
+            try:
+                chunk = os.read(r, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if chunk:
+                chunks.append(chunk)
+                return
+            loop.remove_reader(r)
+            os.close(r)
+            _, status = os.waitpid(pid, 0)
+
+            def result() -> tuple:
+                if status != 0 or not chunks:
+                    raise RuntimeError(f"the estimates' process ended with status {status}")
+                return pickle.loads(b"".join(chunks))
+
+            self._done(loop, result)
+
+        loop.add_reader(r, readable)
 
     def refresh_now(self) -> None:
         """Compute and publish the estimates at once, on this thread (tests, tools without a loop)."""
@@ -350,8 +419,9 @@ class Estimates:
                 del ts[:bisect.bisect_left(ts, horizon)]
 
     # -- on the worker -------------------------------------------------------------------------------
-    def _compute(self, job: dict):
-        t0 = time.perf_counter()
+    def _drain_observations(self) -> None:
+        """Feed the run-time model and the calibration what they were given since the last
+        refresh (on the worker thread, or on the loop just before a fork)."""
         obs = self._observations
         while obs:
             wl, seconds = obs.popleft()
@@ -359,6 +429,10 @@ class Estimates:
         cal_obs = self._cal_observations
         while cal_obs:
             self.calibration.observe(*cal_obs.popleft())
+
+    def _compute(self, job: dict):
+        t0 = time.perf_counter()
+        self._drain_observations()
         snap, now = job["snap"], job["now"]
         pending = len(snap.workloads) - len(snap.admitted)
         exact = None if pending <= self.simulate_all_below else self.exact_per_queue
@@ -619,6 +693,37 @@ class Estimates:
                 continue
             out.append((rec["namespace"], rec["name"], rec.get("cluster_queue") or "", max(0.0, est.start_at - now)))
         return out
+
+
+def _child_setup(keep_fd: int) -> None:
+    """In the forked estimates process: no garbage collection (no finalizer of the server's
+    objects may run here), no signal wake-ups into the server's loop, default signal handling,
+    every inherited descriptor closed but ``keep_fd``, and death with the server."""
+    gc.disable()
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+    os.closerange(3, keep_fd)
+    os.closerange(keep_fd + 1, _max_fd())
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):  # pragma: no cover
+        return 65536
 
 
 def _option_json(opt: dict, start: float, now: float) -> dict:
