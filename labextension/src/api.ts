@@ -599,4 +599,47 @@ export class GpuQueueClient {
     }
     return url;
   }
+
+  // -- idle notebook GPU reclaim (admin) -------------------------------------------------------
+
+  /** Every team's idle policy, the default and the smallest timeout. */
+  idlePolicies(): Promise<IIdlePolicies> {
+    return this.request<IIdlePolicies>('admin/idle-policy');
+  }
+
+  /** Set a team's idle policy (fields left out: the default's); answers every policy. */
+  setIdlePolicy(namespace: string, policy: Partial<IIdlePolicy>): Promise<IIdlePolicies> {
+    return this.request<IIdlePolicies>(`admin/idle-policy/${encodeURIComponent(namespace)}`, {
+      method: 'PUT',
+      body: JSON.stringify(policy)
+    });
+  }
+
+  /** Forget a team's stored idle policy (the default applies again). */
+  deleteIdlePolicy(namespace: string): Promise<IIdlePolicies> {
+    return this.request<IIdlePolicies>(`admin/idle-policy/${encodeURIComponent(namespace)}`, {
+      method: 'DELETE'
+    });
+  }
+}
+
+/** A team's idle notebook reclaim policy (`idleTimeoutSeconds: null`: off). */
+export interface IIdlePolicy {
+  idleTimeoutSeconds: number | null;
+  warnSeconds: number;
+  maxKeeps: number;
+  utilizationBelowPercent: number | null;
+}
+
+/** `GET admin/idle-policy`. */
+export interface IIdlePolicies {
+  default: IIdlePolicy;
+  minimumTimeoutSeconds: number;
+  teams: Array<{
+    namespace: string;
+    policy: IIdlePolicy;
+    stored: boolean;
+    updatedAt: number | null;
+    updatedBy: string | null;
+  }>;
 }

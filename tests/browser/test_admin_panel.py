@@ -271,3 +271,104 @@ async def test_a_fractional_gpu_quota_is_refused_and_quota_above_the_hardware_is
             await context.close()
         finally:
             await browser.close()
+
+
+async def test_admin_sets_a_teams_idle_policy_in_the_idle_tab(jp_fetch, started, lab_url, chromium_launch_args):
+    """Issue 16, at the sidebar's default width: the Admin view's "Idle" tab has a card per team.
+    A timeout below the minimum (5 min) is refused as typed (Apply disabled); a warning longer than
+    a day is refused by the API with its reason under the Warning field and nothing is stored; a
+    valid policy is applied (REST API and audit log agree); "Turn off" stores it without a timeout."""
+    from playwright.async_api import async_playwright, expect
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    before = await api(jp_fetch, "admin", "idle-policy")
+    assert {t["namespace"] for t in before["teams"]} >= {"team-a", "team-b"}
+    assert before["minimumTimeoutSeconds"] == 300
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(**chromium_launch_args)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+            page = await context.new_page()
+            page.set_default_timeout(30000)
+            page_errors: list[str] = []
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            panel = await open_panel(page, lab_url)
+            width = (await panel.bounding_box())["width"]
+            assert 200 <= width <= 320, width  # the default sidebar width
+            for section in ("submit", "jobs", "availability", "team"):
+                await panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle').click()
+            await panel.locator('[data-section="admin"] .jp-gpuqueue-section-toggle').click()
+            await panel.locator('[data-admin-tab="idle"]').click()
+            card = panel.locator('[data-idle-team="team-a"]')
+            await expect(card).to_be_visible()
+            await expect(panel.locator('[data-idle-team="team-b"]')).to_be_visible()
+            await expect(card.locator("[data-idle-state]")).to_contain_text("off")
+            timeout = card.locator('input[data-idle-field="idleTimeoutSeconds"]')
+            warn = card.locator('input[data-idle-field="warnSeconds"]')
+            keeps = card.locator('input[data-idle-field="maxKeeps"]')
+            util = card.locator('input[data-idle-field="utilizationBelowPercent"]')
+            apply = card.locator('[data-action="apply-idle-policy"]')
+            await expect(apply).to_be_disabled()
+
+            # (1) 3 minutes: below the minimum, refused as typed
+            await timeout.fill("3")
+            t_error = card.locator('.jp-gpuqueue-field-error[data-field="idleTimeoutSeconds"]')
+            await expect(t_error).to_contain_text("at least 5 minutes")
+            await expect(timeout).to_have_class(re.compile("jp-mod-invalid"))
+            await expect(apply).to_be_disabled()
+
+            # (2) a warning of 2000 minutes: the API refuses it, its reason under the field
+            await timeout.fill("60")
+            await expect(t_error).to_have_count(0)
+            await warn.fill("2000")
+            await apply.click()
+            w_error = card.locator('.jp-gpuqueue-field-error[data-field="warnSeconds"]')
+            await expect(w_error).to_contain_text(
+                "must be between 1 and 86400 seconds (0.02–1440 min), got 120000 (2000 min)")
+            await expect(warn).to_have_class(re.compile("jp-mod-invalid"))
+            await w_error.scroll_into_view_if_needed()
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-idle-error.png"))
+            stored = await api(jp_fetch, "admin", "idle-policy")
+            assert next(t for t in stored["teams"] if t["namespace"] == "team-a")["stored"] is False
+            assert (await api(jp_fetch, "admin", "audit"))["total"] == 0
+
+            # (3) valid: 60 min, warned 10 min before, 2 keeps, idle below 5 % GPU use
+            await warn.fill("10")
+            await expect(w_error).to_have_count(0)
+            await keeps.fill("2")
+            await util.fill("5")
+            await apply.click()
+            await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text("Idle policy of team-a")
+            await expect(card.locator("[data-idle-state]")).to_contain_text("on: 60 min")
+            await expect(card.locator("[data-idle-state]")).to_contain_text("set by alice")
+            view = await api(jp_fetch, "admin", "idle-policy")
+            team_a = next(t for t in view["teams"] if t["namespace"] == "team-a")
+            assert team_a["policy"] == {"idleTimeoutSeconds": 3600, "warnSeconds": 600, "maxKeeps": 2,
+                                        "utilizationBelowPercent": 5}, team_a
+            assert team_a["stored"] and team_a["updatedBy"] == "alice"
+            assert next(t for t in view["teams"] if t["namespace"] == "team-b")["policy"]["idleTimeoutSeconds"] is None
+            await expect(timeout).to_have_value("60")
+            await expect(timeout).not_to_have_class(re.compile("jp-mod-dirty"))
+            await card.scroll_into_view_if_needed()
+            await page.evaluate("""() => document.querySelectorAll('#jp-gpuqueue-panel, #jp-gpuqueue-panel *')
+                .forEach(el => { el.scrollLeft = 0; })""")
+            await page.screenshot(path=str(SCREENSHOT_DIR / "admin-idle.png"))
+            audit = (await api(jp_fetch, "admin", "audit"))["items"]
+            assert audit[0]["operation"] == "set-idle-policy" and audit[0]["target"] == "namespace/team-a"
+
+            # (4) Turn off: stored without a timeout
+            await card.locator('[data-action="turn-off-idle-policy"]').click()
+            await expect(card.locator("[data-idle-state]")).to_contain_text("off")
+            view = await api(jp_fetch, "admin", "idle-policy")
+            team_a = next(t for t in view["teams"] if t["namespace"] == "team-a")
+            assert team_a["policy"]["idleTimeoutSeconds"] is None and team_a["stored"]
+            await expect(timeout).to_have_value("")
+            # (5) Use default: the stored policy is dropped
+            await card.locator('[data-action="default-idle-policy"]').click()
+            await expect(card.locator("[data-idle-state]")).to_contain_text("default")
+            view = await api(jp_fetch, "admin", "idle-policy")
+            assert not next(t for t in view["teams"] if t["namespace"] == "team-a")["stored"]
+            assert not page_errors, page_errors
+            await context.close()
+        finally:
+            await browser.close()

@@ -1,6 +1,7 @@
 /**
  * The admin view (shown only when `/info` says `permissions.admin`): ClusterQueue quotas and
- * cohorts, priority classes, prices, Kueue YAML import/export, and the audit log. Every change
+ * cohorts, priority classes, prices, idle notebook reclaim per team, Kueue YAML import/export, and
+ * the audit log. Every change
  * goes through the admin API, which validates it as Kueue does and applies it live; its errors are
  * shown next to the field they name.
  */
@@ -9,15 +10,17 @@ import * as React from 'react';
 import { ApiError, IAdminConfig, IAuditEntry } from '../../api';
 import { QueueModel } from '../../model';
 import { AuditLog } from './AuditLog';
+import { IdlePolicyEditor } from './IdlePolicy';
 import { PricesEditor, PriorityEditor } from './PriorityAndPrices';
 import { CapacityWarnings, ClusterQueueEditor } from './QuotaEditor';
 import { YamlPanel } from './YamlPanel';
 
-type Tab = 'quotas' | 'priorities' | 'prices' | 'yaml' | 'audit';
+type Tab = 'quotas' | 'priorities' | 'prices' | 'idle' | 'yaml' | 'audit';
 const TABS: Array<[Tab, string]> = [
   ['quotas', 'Quotas'],
   ['priorities', 'Priorities'],
   ['prices', 'Prices'],
+  ['idle', 'Idle'],
   ['yaml', 'YAML'],
   ['audit', 'Audit']
 ];
@@ -111,6 +114,7 @@ export function AdminView(props: { model: QueueModel }): JSX.Element {
       {tab === 'prices' && (
         <PricesEditor model={model} prices={config.prices} onApplied={applied} />
       )}
+      {tab === 'idle' && <IdlePolicyEditor model={model} onApplied={applied} />}
       {tab === 'yaml' && <YamlPanel model={model} onApplied={applied} />}
       {tab === 'audit' && <AuditLog entries={audit} total={auditTotal} />}
     </div>
