@@ -126,6 +126,14 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
 
     gpuqueue_poll_interval = Float(1.0, help="Seconds between queue polls while a spawn waits.").tag(config=True)
 
+    gpuqueue_release_retry_seconds = Float(
+        300.0,
+        help="""Seconds a lease whose server stopped is retried for release while the queue does
+        not answer (at hub start the queue service starts after the spawners are checked; at hub
+        shutdown it stops before them). The queue service also ends, when it starts, the leases
+        whose owners have no server left.""",
+    ).tag(config=True)
+
     gpuqueue_lease_watch_interval = Float(
         10.0,
         help="""Seconds between looks at the lease of a running server (GpuQueueSpawnerMixin).

@@ -102,7 +102,11 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
       is stopped at the lease's end (the ``evictionDeadline`` of a preemption warning, its maximum
       lease time), when the queue gives the devices to other work, or once the queue says the
       lease ended; the hub's next ``poll`` then finds it stopped. ``poll`` does the same check.
-    - ``get_state``/``load_state``: the lease survives a hub restart.
+    - ``get_state``/``load_state``: the lease survives a hub restart. A release the queue could
+      not take (the queue down: at hub shutdown JupyterHub stops its services before the users'
+      servers; at hub start it checks the servers before starting them) is retried in the
+      background (``gpuqueue_release_retry_seconds``); the queue service itself ends, at its
+      start, the leases whose owners have no server left (hub/reconcile.py).
     """
 
     gpuqueue_lease: Optional[HubLease] = None
@@ -315,6 +319,44 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             await lease.release()
         except GpuQueueSpawnError as e:
             self.log.error("gpuqueue: could not release the lease of %s (%s): %s", self._log_name, why, e)
+            if e.status is None or e.status >= 500:  # the queue is down (a hub starting): retried
+                self._gpuqueue_release_soon(lease, why)
+
+    def _gpuqueue_release_soon(self, lease: HubLease, why: str) -> None:
+        """Release ``lease`` in the background, retrying while the queue does not answer (for
+        ``gpuqueue_release_retry_seconds``): at hub start the queue service starts after the
+        spawners are checked. The queue service also ends, when it starts, the leases whose
+        owners have no server left (hub/reconcile.py)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if getattr(lease, "_retrying", False):
+            return
+        lease._retrying = True
+        asyncio.ensure_future(self._gpuqueue_release_retrying(lease, why))
+
+    async def _gpuqueue_release_retrying(self, lease: HubLease, why: str) -> None:
+        deadline = time.monotonic() + float(self.gpuqueue_release_retry_seconds)
+        delay = 1.0
+        try:
+            while not lease.done:
+                await asyncio.sleep(delay)
+                try:
+                    await lease.release()
+                    return
+                except GpuQueueSpawnError as e:
+                    if e.status is not None and e.status < 500:
+                        self.log.error("gpuqueue: could not release the lease of %s (%s): %s", self._log_name, why, e)
+                        return
+                    if time.monotonic() + delay > deadline:
+                        self.log.error("gpuqueue: gave up releasing the lease of %s (%s): %s", self._log_name, why, e)
+                        return
+                delay = min(10.0, delay * 1.5)
+        except Exception:  # pragma: no cover - logged; the queue ends it at its start or its maximum time
+            self.log.exception("gpuqueue: releasing the lease of %s failed", self._log_name)
+        finally:
+            lease._retrying = False
 
     def get_state(self):
         state = super().get_state()
@@ -330,6 +372,11 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             lease = HubLease(self, saved.get("request") or {})
             lease.workload = saved.get("workload")
             self.gpuqueue_lease = lease
+            orm = getattr(self, "orm_spawner", None)
+            if orm is not None and orm.server is None:
+                # Hub start: the server stopped while the queue could not be told (JupyterHub's
+                # cleanup() stops its services before the users' servers): release it now.
+                self._gpuqueue_release_soon(lease, "server stopped while the queue was down")
 
     def clear_state(self):
         # The lease is not spawner state to forget: stop()/poll() release it; a new spawn

@@ -201,10 +201,18 @@ class QueueService:
             self.backend.set_wakeup(self.wake)  # local backend: reap a job the moment it ends
         self._task = asyncio.create_task(self._loop(), name="gpuqueue-loop")
         self.live.started = True
+        if self.mode == "hub-service" and os.environ.get("JUPYTERHUB_API_URL") and os.environ.get("JUPYTERHUB_API_TOKEN"):
+            from ..hub.reconcile import start_reconcile  # leases of servers stopped while the queue was down
+
+            self._reconcile_task = start_reconcile(self, os.environ["JUPYTERHUB_API_URL"],
+                                                   os.environ["JUPYTERHUB_API_TOKEN"])
 
     async def stop(self) -> None:
         """Stop the loop. Running jobs keep running; the next start adopts them."""
         self.estimates.close()
+        reconcile, self._reconcile_task = getattr(self, "_reconcile_task", None), None
+        if reconcile is not None:
+            reconcile.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
