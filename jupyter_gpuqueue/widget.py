@@ -15,6 +15,7 @@ blocking ``job.wait()`` interrupt the kernel (the job keeps running) or call ``j
 from __future__ import annotations
 
 import html
+import re
 import threading
 import time
 from datetime import datetime, timezone
@@ -225,6 +226,73 @@ def _preemption_tooltip(wl: dict) -> str:
     return text
 
 
+# --------------------------------------------------------------------------------------------------
+# Kueue's pending reasons in plain words (the same mapping as labextension/src/reasons.ts)
+
+_INSUFFICIENT = re.compile(r"insufficient unused quota for (\S+) in flavor ([^\s,;]+), (\d+) more needed")
+_NO_NODE = re.compile(r"quota fits, but no node(?: of flavor ([^\s,;]+))? has (.+?) free")
+_PREEMPTED_FOR = re.compile(r"Preempted to accommodate (\S+?)(?: \(|$|\s)")
+
+
+def resource_words(resource: str, count: int) -> str:
+    """``nvidia.com/gpu`` → ``GPU``/``GPUs``; ``nvidia.com/mig-1g.10gb`` → ``MIG 1g.10gb slice(s)``."""
+    plural = count != 1
+    if resource in ("nvidia.com/gpu", "gpu"):
+        return "GPUs" if plural else "GPU"
+    if resource.startswith("nvidia.com/mig-"):
+        return f"MIG {resource[len('nvidia.com/mig-'):]} slice" + ("s" if plural else "")
+    return resource
+
+
+def plain_reason(reason: Optional[str], message: Optional[str]) -> Optional[str]:
+    """A plain sentence leading Kueue's pending ``reason`` / ``message`` (which are kept and shown
+    after it), e.g. "Waiting for 2 more GPUs of nvidia-a100 (the quota is in use)"; None when
+    there is nothing to add (no reason yet, or one this mapping does not know)."""
+    reason = reason or ""
+    message = message or ""
+    if reason == "BudgetExceeded":
+        return "Held: the team's budget for this period is spent (a hub admin can raise it or lift the hold)"
+    if reason == "Preempted" or message.startswith("Preempted to accommodate"):
+        m = _PREEMPTED_FOR.search(message)
+        who = f" for {m.group(1)}" if m else ""
+        return f"Preempted to make room{who}; waiting in the queue again"
+    wants = _INSUFFICIENT.findall(message)
+    if wants:
+        parts = [f"{n} more {resource_words(r, int(n))} of {flavor}" for r, flavor, n in wants]
+        return f"Waiting for {' or '.join(parts)} (the quota is in use)"
+    m = _NO_NODE.search(message)
+    if m or reason == "PlacementFailed":
+        where = f" of {m.group(1)}" if m and m.group(1) else ""
+        what = f" has {m.group(2)} free" if m else " has the devices free"
+        return f"Waiting for devices: the quota allows it, but no single node{where}{what} yet"
+    if reason == "ExceedsMaxQuota" or "request > maximum capacity" in message or "exceeds max quota" in message:
+        return "It asks for more than the queue can ever give: it cannot start as it is (ask for fewer GPUs or another flavor)"
+    if reason == "Inactive" or " is inactive" in message:
+        return "The team's queue is stopped or misconfigured: ask a hub admin"
+    if reason == "Misconfigured" or "doesn't exist" in message or "doesn't match ClusterQueue selector" in message:
+        return "The team's queue is misconfigured: ask a hub admin"
+    if "doesn't match node affinity" in message or "untolerated taint" in message:
+        return "No flavor of the queue matches what it asks for (its node selection or tolerations)"
+    if reason == "PreemptionLivelock":
+        return "Waiting: preempting others for it would only go round in circles"
+    return None
+
+
+#: CSS of the widget's log: a flex column in reverse makes the scroll box start at its end, follow
+#: new output while it is there, and stay where the user scrolled to otherwise (scroll anchoring).
+LOG_CLASS = "jp-gpuqueue-widget-log"
+LOG_STYLE = (f"<style>.{LOG_CLASS}{{display:flex;flex-direction:column-reverse;overflow:auto;"
+             f"max-height:16em;background:var(--jp-layout-color2,#f7f7f7);font-size:85%}}</style>")
+LOG_RESET_CHARS = 200_000  # output appended beyond this: the view restarts from the tail
+
+
+class _LogText:
+    """What the log shows, as text (``.value``)."""
+
+    def __init__(self) -> None:
+        self.value = ""
+
+
 class GpuJobWidget:
     """An ipywidgets view of one workload. Build with a Workload dict; call :meth:`update`,
     :meth:`set_log` and :meth:`show_error` (from any thread) to refresh it.
@@ -246,9 +314,16 @@ class GpuJobWidget:
             description="Cancel", icon="stop", button_style="danger", tooltip="Cancel this job"
         )
         self.cancel_button.on_click(self._clicked)
-        self.log = w.HTML()
+        # The log: an Output that new output is appended to (never replaced, so the scroll box keeps
+        # the user's position), following its end unless the user scrolled up (LOG_STYLE).
+        self.log = _LogText()
+        self.log_view = w.Output(layout=w.Layout(max_height="16em", overflow="auto"))
+        self.log_view.add_class(LOG_CLASS)
+        self._log_style = w.HTML(LOG_STYLE)
+        self._log_chars = 0
         self.box = w.VBox(
-            [w.HBox([self.header, self.cancel_button]), self.details, self.error, self.log],
+            [w.HBox([self.header, self.cancel_button]), self.details, self.error, self._log_style,
+             self.log_view],
             layout=w.Layout(border="1px solid #ccc", padding="4px 8px", max_width="900px"),
         )
         self.update(workload)
@@ -282,6 +357,9 @@ class GpuJobWidget:
                     text += f" ({int(pos_lq) + 1} in LocalQueue {wl.get('localQueue') or ''})"
                 rows.append(("Position", text))
             if wl.get("reason") and (wl["reason"] != "Pending" or wl.get("message")):
+                plain = plain_reason(wl.get("reason"), wl.get("message"))
+                if plain:
+                    rows.append(("Why", plain))
                 reason = wl["reason"] + (f": {wl['message']}" if wl.get("message") else "")
                 rows.append(("Reason", reason))
             rows.extend(self._estimate_rows(wl))
@@ -346,15 +424,21 @@ class GpuJobWidget:
             rows.append(("Faster" if i == 0 else "", faster_option_text(o, now)))
         return rows
 
-    def set_log(self, tail: str) -> None:
-        """Show ``tail`` (the last lines of the job's output)."""
-        if not tail:
-            self.log.value = ""
+    def set_log(self, tail: str, new: Optional[str] = None) -> None:
+        """Show the job's output: ``new`` (what came since the last call) is appended to what is
+        shown; without it, or past ``LOG_RESET_CHARS``, the view restarts from ``tail`` (its last
+        lines). ``.log.value`` is what is shown."""
+        if new is not None and self.log.value and self._log_chars + len(new) <= LOG_RESET_CHARS:
+            if new:
+                self.log_view.append_stdout(new)
+                self._log_chars += len(new)
+                self.log.value += new
             return
-        self.log.value = (
-            "<pre style='max-height:16em;overflow:auto;background:#f7f7f7;margin:4px 0;"
-            f"padding:4px;font-size:85%'>{html.escape(tail)}</pre>"
-        )
+        self.log_view.outputs = ()
+        self._log_chars = len(tail or "")
+        self.log.value = tail or ""
+        if tail:
+            self.log_view.append_stdout(tail)
 
     def show_error(self, message: str) -> None:
         self.error.value = (
@@ -676,4 +760,4 @@ class GpuJob:
         lines = (self._log_tail + text).splitlines(keepends=True)
         self._log_tail = "".join(lines[-self._log_lines :])
         if self.widget is not None:
-            self.widget.set_log(self._log_tail)
+            self.widget.set_log(self._log_tail, text)

@@ -3,7 +3,7 @@
  * flavor and devices, cost so far (ticking while running), Cancel, and a Logs toggle.
  */
 import * as React from 'react';
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Dialog } from '@jupyterlab/apputils';
 
 import { ApiError, IWorkload, workloadKey } from '../api';
 import {
@@ -27,6 +27,7 @@ import {
 import { IWorkloadEntry, QueueModel } from '../model';
 import { canOpenJobPage, openJobPage } from '../jobpage/opener';
 import { preemptionsOf } from '../jobpage/types';
+import { plainReason } from '../reasons';
 import {
   filterEntries,
   HISTORY_TOOLS_FROM,
@@ -274,9 +275,24 @@ function JobRow(props: {
   const [error, setError] = React.useState<string | null>(null);
 
   const lease = w.kind === 'NotebookLease';
+  // The open "Cancel running job?" dialog: closed when the job ends meanwhile (not left stale).
+  const dialogRef = React.useRef<Dialog<unknown> | null>(null);
+  const [endedWhileAsking, setEndedWhileAsking] = React.useState<string | null>(null);
+  React.useEffect(() => {
+    if (finished && dialogRef.current) {
+      const dialog = dialogRef.current;
+      dialogRef.current = null;
+      setEndedWhileAsking(
+        `${key} has already ended (${w.state}): nothing left to ${lease ? 'release' : 'cancel'}.`
+      );
+      dialog.reject();
+    }
+  }, [finished]);
+  React.useEffect(() => () => dialogRef.current?.reject(), []);
   const cancel = async () => {
+    setEndedWhileAsking(null);
     if (w.state === 'Running') {
-      const result = await showDialog(
+      const dialog = new Dialog(
         lease
           ? {
               title: 'Release the GPUs of this notebook server?',
@@ -295,6 +311,12 @@ function JobRow(props: {
               ]
             }
       );
+      dialogRef.current = dialog;
+      const result = await dialog.launch();
+      if (dialogRef.current !== dialog) {
+        return; // closed because the job ended meanwhile
+      }
+      dialogRef.current = null;
       if (!result.button.accept) {
         return;
       }
@@ -311,6 +333,7 @@ function JobRow(props: {
     }
   };
 
+  const plain = plainReason(w.reason, w.message);
   const flavors = assignedFlavors(w);
   const devices = assignedDevices(w);
   const cost = costSoFar(w, receivedAt, now);
@@ -368,6 +391,14 @@ function JobRow(props: {
           <StartEstimate w={w} now={now} user={props.user} />
           {(w.reason || w.message) && (
             <div className="jp-gpuqueue-reason" title={w.message ?? ''}>
+              {plain && (
+                <div
+                  className="jp-gpuqueue-reason-plain"
+                  style={{ fontWeight: 600, color: 'var(--jp-ui-font-color1)' }}
+                >
+                  {plain}
+                </div>
+              )}
               waiting: {w.reason ?? 'Pending'}
               {w.message ? ` — ${w.message}` : ''}
             </div>
@@ -443,6 +474,11 @@ function JobRow(props: {
         </span>
       </div>
       {error && <div className="jp-gpuqueue-form-error">{error}</div>}
+      {endedWhileAsking && (
+        <div className="jp-gpuqueue-reason jp-gpuqueue-ended-note" role="status">
+          {endedWhileAsking}
+        </div>
+      )}
       {showLogs && !lease && <LogView model={model} workload={w} />}
     </li>
   );

@@ -1,0 +1,66 @@
+"""Issue 15, item 10, in headless Chromium against a real server:
+
+- a waiting job's card leads Kueue's reason with a plain sentence ("Waiting for 4 more GPUs of
+  nvidia-h100 (the quota is in use)") and keeps Kueue's own words after it;
+- the "Cancel running job?" dialog does not stay open, stale, once the job has ended meanwhile:
+  it closes, and the card says the job already ended.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_panel import api, sleeper, wait_for_state
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+
+async def test_plain_reason_and_no_stale_cancel_dialog(jp_fetch, started, lab_url, chromium_launch_args):
+    from playwright.async_api import async_playwright, expect
+
+    keys: list[str] = []
+    try:
+        blocker = await api(jp_fetch, "workloads", method="POST", body={
+            "name": "dlg-blocker", "localQueue": "team-b/team-b-queue", "command": sleeper(), "gpus": 4,
+            "flavor": "nvidia-h100", "maxRuntime": "15m"})
+        keys.append(f"{blocker['namespace']}/{blocker['name']}")
+        await wait_for_state(jp_fetch, keys[0], ("Running",))
+        waiting = await api(jp_fetch, "workloads", method="POST", body={
+            "name": "dlg-waiting", "localQueue": "team-b/team-b-queue", "command": sleeper(), "gpus": 4,
+            "flavor": "nvidia-h100", "maxRuntime": "15m"})
+        keys.append(f"{waiting['namespace']}/{waiting['name']}")
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+                page.set_default_timeout(30000)
+                await page.goto(lab_url)
+                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await page.locator(".jp-gpuqueue-status").click()
+                panel = page.locator("#jp-gpuqueue-panel")
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+
+                card = panel.locator(f'[data-gpuqueue-job="{keys[1]}"]')
+                plain = card.locator(".jp-gpuqueue-reason-plain")
+                await expect(plain).to_contain_text("Waiting for 4 more GPUs of nvidia-h100 (the quota is in use)",
+                                                    timeout=15000)
+                reason = card.locator(".jp-gpuqueue-reason").first
+                await expect(reason).to_contain_text("insufficient unused quota")  # Kueue's words kept
+
+                running = panel.locator(f'[data-gpuqueue-job="{keys[0]}"]')
+                await running.locator(".jp-gpuqueue-cancel").click()
+                dialog = page.locator(".jp-Dialog")
+                await expect(dialog).to_contain_text("Cancel running job?")
+                # the job ends while the dialog is open (here: cancelled through the API)
+                await api(jp_fetch, "workloads", *keys[0].split("/"), method="DELETE")
+                await expect(dialog).to_have_count(0, timeout=15000)
+                await expect(running.locator(".jp-gpuqueue-ended-note")).to_contain_text(
+                    "has already ended (Cancelled): nothing left to cancel")
+            finally:
+                await browser.close()
+    finally:
+        for key in keys:
+            try:
+                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+            except Exception:
+                pass
