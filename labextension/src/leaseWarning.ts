@@ -68,14 +68,12 @@ export function idleWarningText(w: IWorkload, nowMs: number): string {
   const lease = w as IWorkload & ILeaseFields;
   const left = formatTimeLeft((lease.idleDeadline ?? 0) - nowMs / 1000);
   const keeps = lease.idleKeepsLeft ?? 0;
+  // JupyterLab shows a notification's first 140 characters: what to do comes first.
   const keep =
     keeps > 0
-      ? ` Click "Keep my GPU" to keep it (${keeps} more time${keeps === 1 ? '' : 's'}), or run a cell.`
-      : ' No more keeps are left: run a cell to keep it, or save your work.';
-  return (
-    `Your notebook has been idle: its GPU lease ${w.namespace}/${w.name} will be released in ${left} ` +
-    `so that others can use the GPU, and the server stops then.${keep}`
-  );
+      ? `keep it (${keeps} more time${keeps === 1 ? '' : 's'}) or run a cell.`
+      : 'run a cell to keep it (no keeps left).';
+  return `Idle notebook: its GPU is released in ${left}; ${keep} Lease ${w.namespace}/${w.name}.`;
 }
 
 /** The notice once an idle lease was released. */

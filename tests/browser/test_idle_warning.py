@@ -97,11 +97,10 @@ async def test_idle_warning_counts_down_and_keep_my_gpu_resets_the_clock(
 
                 warned = await wait_for(jp_fetch, key, lambda w: w.get("idleDeadline"), timeout=30)
                 assert warned["state"] == "Running" and warned["idleKeepsLeft"] == 1, warned
-                toast = page.locator(".Toastify__toast", has_text=f"its GPU lease {key} will be released in")
+                toast = page.locator(".Toastify__toast", has_text="Idle notebook: its GPU is released in")
                 await expect(toast).to_be_visible(timeout=20000)
-                await expect(toast).to_contain_text("Your notebook has been idle")
-                # (the toast shows the message's first 140 characters; the keeps left are in the
-                # notification centre's full text, and in the button)
+                # the toast shows a message's first 140 characters: what to do is among them
+                await expect(toast).to_contain_text("keep it (1 more time) or run a cell.")
                 keep = toast.get_by_role("button", name="Keep my GPU")
                 await expect(keep).to_be_visible()
                 # the countdown: the time left as the deadline says, and it goes down
@@ -113,10 +112,10 @@ async def test_idle_warning_counts_down_and_keep_my_gpu_resets_the_clock(
                 await page.wait_for_timeout(1200)  # the toast's slide-in animation
                 await page.screenshot(path=str(SCREENSHOT_DIR / "idle-warning.png"))
                 # (the countdown is refreshed every 15 s between events)
-                shown = re.search(r"released in ([^.]*?) so that", first).group(1)
-                await expect(toast).not_to_contain_text(f"released in {shown} ", timeout=20000)
+                shown = re.search(r"released in ([^;]*?);", first).group(1)
+                await expect(toast).not_to_contain_text(f"released in {shown};", timeout=20000)
                 second = await toast.inner_text()
-                assert re.search(r"released in (1 min \d+ s|1 min|\d+ s) so that", second), second
+                assert re.search(r"released in (1 min \d+ s|1 min|\d+ s);", second), second
 
                 # Keep my GPU: the clock restarts; no deadline, no keeps left; the warning goes
                 kept_at = time.time()
@@ -133,6 +132,7 @@ async def test_idle_warning_counts_down_and_keep_my_gpu_resets_the_clock(
                 assert again["idleDeadline"] >= kept_at + IDLE_TIMEOUT + WARN - 2
                 await expect(toast).to_be_visible(timeout=20000)
                 await expect(toast).to_contain_text(re.compile(r"released in 1 min \d+ s"))
+                await expect(toast).to_contain_text("run a cell to keep it (no keeps left)")
                 await expect(toast.get_by_role("button", name="Keep my GPU")).to_have_count(0)
                 await page.wait_for_timeout(1200)
                 await page.screenshot(path=str(SCREENSHOT_DIR / "idle-warning-no-keeps.png"))

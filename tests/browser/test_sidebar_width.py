@@ -49,7 +49,7 @@ AXE = REPO / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
-ADMIN_TABS = ("quotas", "priorities", "prices", "yaml", "audit")
+ADMIN_TABS = ("quotas", "priorities", "prices", "idle", "yaml", "audit")
 
 
 async def set_sidebar_width(page, width: int) -> None:
