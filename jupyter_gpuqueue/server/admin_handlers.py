@@ -17,6 +17,8 @@ first, like the rest of the API.
   the change was applied with.
 - ``GET admin/idle-policy``, ``PUT`` / ``DELETE admin/idle-policy/{namespace}``: idle notebook
   GPU reclaim per team (service/idle.py).
+- ``PUT admin/webhooks/{namespace}``: a team's webhook URL for its jobs' notifications
+  (service/webhooks.py).
 
 A change that leaves a cohort tree more nominal quota of a flavor's devices than the inventory has
 is applied, with ``warnings`` in the answer (and in ``GET admin/config``) saying where
@@ -218,6 +220,18 @@ class AdminIdlePolicyHandler(AdminHandler):
         self.write_json(self.service.idle.delete_policy(namespace, actor=self.user))
 
 
+class AdminWebhookHandler(AdminHandler):
+    @web.authenticated
+    @authorized
+    async def put(self, namespace: str):
+        """Set (``{"url": "https://…"}``) or remove (``{"url": null}``) a team's webhook: its
+        jobs' started / finished / failed / preempted notifications are POSTed there as JSON
+        (service/webhooks.py). Stored, audited; answers ``{"namespace", "url", "updatedAt",
+        "updatedBy"}``."""
+        self.check_admin()
+        self.write_json(self.service.webhooks.set_url(namespace, self.json_body(), actor=self.user))
+
+
 _ADMIN = f"{API_PREFIX}/admin"
 
 admin_handlers = [
@@ -229,5 +243,6 @@ admin_handlers = [
     (rf"{_ADMIN}/audit", AdminAuditHandler),
     (rf"{_ADMIN}/idle-policy", AdminIdlePoliciesHandler),
     (rf"{_ADMIN}/idle-policy/(?P<namespace>[^/]+)", AdminIdlePolicyHandler),
+    (rf"{_ADMIN}/webhooks/(?P<namespace>[^/]+)", AdminWebhookHandler),
 ]
 """(pattern, handler) relative to the server's base_url; registered before the JSON 404."""

@@ -57,6 +57,7 @@ from .states import FAILED, SUCCEEDED
 from .submissions import Submissions
 from .teams import Teams
 from .views import Views
+from .webhooks import Webhooks
 
 log = logging.getLogger("jupyter_gpuqueue")
 
@@ -161,6 +162,7 @@ class QueueService:
         self.idle = IdleReclaim(conf, live, ledger, backend, self.billing, self.costs, self.events, wake, self.log)
         self.views.idle = self.idle
         self.admission.on_finished = self.estimates.observe_finished
+        self.webhooks = Webhooks(self, self.log)  # teams' notifications POSTed to their URL (service/webhooks.py)
 
     # -- attributes kept where the collaborators share them (``_kept_in``) --------------------------------
     config = _kept_in("conf", "config", "The queue configuration in force (``apply_config`` replaces it).")
@@ -201,6 +203,7 @@ class QueueService:
             self.backend.set_wakeup(self.wake)  # local backend: reap a job the moment it ends
         self._task = asyncio.create_task(self._loop(), name="gpuqueue-loop")
         self.live.started = True
+        self.webhooks.start()
         if self.mode == "hub-service" and os.environ.get("JUPYTERHUB_API_URL") and os.environ.get("JUPYTERHUB_API_TOKEN"):
             from ..hub.reconcile import start_reconcile  # leases of servers stopped while the queue was down
 
@@ -210,6 +213,7 @@ class QueueService:
     async def stop(self) -> None:
         """Stop the loop. Running jobs keep running; the next start adopts them."""
         self.estimates.close()
+        self.webhooks.stop()
         reconcile, self._reconcile_task = getattr(self, "_reconcile_task", None), None
         if reconcile is not None:
             reconcile.cancel()

@@ -70,6 +70,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/admin/idle-policy"): (A, A, A, A, R),
     ("PUT", "/admin/idle-policy/{namespace}"): (A, A, A, A, R),
     ("DELETE", "/admin/idle-policy/{namespace}"): (A, A, A, A, R),
+    ("PUT", "/admin/webhooks/{namespace}"): (A, A, A, A, R),
 }
 # Served outside the API root (not in the OpenAPI document): path relative to the service's URL.
 OUTSIDE_API = {
@@ -78,6 +79,7 @@ OUTSIDE_API = {
 # Requests with side effects run after the others, in this order (the owner's cancel last).
 LAST = [("PUT", "/budgets/{namespace}"), ("DELETE", "/budgets/{namespace}"),
         ("PUT", "/admin/idle-policy/{namespace}"), ("DELETE", "/admin/idle-policy/{namespace}"),
+        ("PUT", "/admin/webhooks/{namespace}"),
         ("DELETE", "/workloads/{namespace}/{name}")]
 METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -139,6 +141,8 @@ def request_for(hub, method: str, path: str, alices: dict) -> tuple[str, dict]:
         kw["json"] = {"monthlyUSD": 5000, "warnAt": 0.8, "hard": False}
     elif (method, path) == ("PUT", "/admin/idle-policy/{namespace}"):
         kw["json"] = {"idleTimeoutSeconds": None}  # off, as by default
+    elif (method, path) == ("PUT", "/admin/webhooks/{namespace}"):
+        kw["json"] = {"url": None}  # none, as by default
     return concrete.lstrip("/"), kw
 
 
