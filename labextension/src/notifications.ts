@@ -6,9 +6,13 @@
  * Only state transitions seen in the model's `workloadChanged` signal (live events and the
  * panel's own submit/cancel answers) of the current user's workloads notify; the first load and
  * the refetches only record what each workload's state is (a list is no transition).
+ *
+ * With the `browserNotifications` setting (off by default; turning it on asks the browser for
+ * permission) the same messages are also shown as the browser's own notifications.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { IWorkload, workloadKey } from './api';
 import { formatUsd } from './format';
@@ -117,6 +121,39 @@ export function watchJobTransitions(app: JupyterFrontEnd | null, model: QueueMod
   };
 }
 
+const SETTINGS_ID = 'jupyter-gpuqueue:plugin';
+
+/** The browser's own notifications (the `browserNotifications` setting). */
+export const browserNotifications = {
+  enabled: false,
+  /** Turn them on or off; turning them on asks for the browser's permission if not yet given. */
+  async setEnabled(on: boolean): Promise<void> {
+    this.enabled = on;
+    const api = (globalThis as any).Notification as typeof window.Notification | undefined;
+    if (on && api && api.permission === 'default') {
+      try {
+        await api.requestPermission();
+      } catch (err) {
+        console.warn('jupyter-gpuqueue: the browser refused notifications', err);
+      }
+    }
+  },
+  /** Show `text` as a browser notification (when on and permitted); true if shown. */
+  show(text: string, tag: string): boolean {
+    const api = (globalThis as any).Notification as typeof window.Notification | undefined;
+    if (!this.enabled || !api || api.permission !== 'granted') {
+      return false;
+    }
+    try {
+      new api('GPU Queue', { body: text, tag });
+      return true;
+    } catch (err) {
+      console.warn('jupyter-gpuqueue: cannot show a browser notification', err);
+      return false;
+    }
+  }
+};
+
 function notify(
   app: JupyterFrontEnd | null,
   msg: { type: 'info' | 'success' | 'error' | 'warning'; text: string },
@@ -142,13 +179,28 @@ function notify(
     actions,
     data: { gpuqueueJob: workloadKey(w), state: w.state }
   });
+  browserNotifications.show(msg.text, `${workloadKey(w)}:${w.state}`);
 }
 
 export const notificationsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-gpuqueue:notifications',
   description: 'Notify when one of your GPU jobs starts, finishes, fails or is preempted.',
   autoStart: true,
-  activate: (app: JupyterFrontEnd) => {
+  optional: [ISettingRegistry],
+  activate: (app: JupyterFrontEnd, settingRegistry: ISettingRegistry | null) => {
+    if (settingRegistry) {
+      settingRegistry
+        .load(SETTINGS_ID)
+        .then(settings => {
+          const apply = () =>
+            void browserNotifications.setEnabled(
+              settings.get('browserNotifications').composite === true
+            );
+          apply();
+          settings.changed.connect(apply);
+        })
+        .catch(err => console.warn('jupyter-gpuqueue: cannot load the settings', err));
+    }
     void app.restored.then(() => {
       const model = findQueueModel(app);
       if (!model) {
