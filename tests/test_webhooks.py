@@ -186,3 +186,33 @@ def test_the_openapi_document_has_the_servers_url_pattern():
     doc = yaml.safe_load(open(openapi_py.replace("openapi.py", "openapi.yaml")).read())
     schema = doc["components"]["schemas"]["WebhookRequest"]["properties"]["url"]
     assert schema["pattern"] == URL_PATTERN.pattern
+
+
+async def test_a_preemption_is_sent_as_preempted(jp_fetch, started, gpuqueue_service):
+    """A real preemption on the demo cluster: team-b's development job on all four H100s, then an
+    experiment-high one; the victim is queued again and team-b's webhook hears "preempted"."""
+    receiver = Receiver()
+    try:
+        await call(jp_fetch, "admin", "webhooks", "team-b", method="PUT", body={"url": receiver.url})
+        await call(jp_fetch, "workloads", method="POST", body={
+            "name": "victim", "localQueue": "team-b/team-b-queue", "gpus": 4, "flavor": "nvidia-h100",
+            "priorityClass": "development", "maxRuntime": "10m",
+            "command": [sys.executable, "-c", "import time; time.sleep(60)"]})
+        await wait_until(lambda: receiver.events("victim") == ["started"], 30, "victim not started")
+        await call(jp_fetch, "workloads", method="POST", body={
+            "name": "urgent", "localQueue": "team-b/team-b-queue", "gpus": 1, "flavor": "nvidia-h100",
+            "priorityClass": "experiment-high", "maxRuntime": "5m",
+            "command": [sys.executable, "-c", "import time; time.sleep(30)"]})
+        await wait_until(lambda: "preempted" in receiver.events("victim"), 30,
+                         f"notifications: {[(b['event'], b['workload']['name']) for b in receiver.bodies]}")
+        body = [b for b in receiver.bodies if b["event"] == "preempted"][0]
+        assert body["workload"]["preemptions"]["count"] == 1
+        assert receiver.events("victim").count("preempted") == 1
+        await wait_until(lambda: receiver.events("urgent")[:1] == ["started"], 30, "urgent not started")
+    finally:
+        for name in ("victim", "urgent"):
+            try:
+                await call(jp_fetch, "workloads", "team-b", name, method="DELETE")
+            except Exception:
+                pass
+        receiver.close()
