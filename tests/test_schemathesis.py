@@ -309,7 +309,8 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
         if pool:
             w = rnd.choice(pool)
             params.update(namespace=w["namespace"], name=w["name"])
-    elif (label.endswith("/budgets/{namespace}") or label.endswith("/idle-policy/{namespace}")) and rnd.random() < 0.7:
+    elif (label.endswith("/budgets/{namespace}") or label.endswith("/idle-policy/{namespace}")
+          or label.endswith("/webhooks/{namespace}")) and rnd.random() < 0.7:
         params["namespace"] = rnd.choice(fz.namespaces)
     elif label.endswith("/cluster-queues/{name}") and fz.cluster_queues and rnd.random() < 0.7:
         params["name"] = rnd.choice(fz.cluster_queues)
