@@ -140,6 +140,9 @@ async def test_cost_view_and_status_bar(jp_fetch, gpuqueue_service, lab_url, chr
                 await expect(rows.first).to_contain_text("h100-pretrain")  # 4 × H100 × 2.5 h = $37.50
                 await expect(rows.first).to_contain_text("$37.50")
                 await expect(costs.locator('.jp-gpuqueue-idle tr[data-flavor="nvidia-h100"]')).to_be_visible()
+                # idle notebooks' GPUs given back (issue 16): none in this scenario, said so
+                await expect(costs).to_contain_text("GPU-hours reclaimed from idle notebooks")
+                await expect(costs.locator(".jp-gpuqueue-reclaimed-none")).to_have_text("None this month.")
                 href = await costs.locator(".jp-gpuqueue-costs-csv a").first.get_attribute("href")
                 assert "reports/teams?format=csv&month=" in href
                 csv = await page.evaluate("url => fetch(url).then(r => r.text())", href)

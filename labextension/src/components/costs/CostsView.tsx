@@ -32,6 +32,8 @@ interface ICostData {
   daily: IDailySpend[];
   jobs: IJobCost[];
   idle: IIdleCapacity[];
+  /** Teams whose idle notebooks gave GPUs back this month (the teams report). */
+  reclaimed: ITeamReclaim[];
   offsetMs: number;
 }
 
@@ -134,11 +136,12 @@ export function CostsView(props: { model: QueueModel }): JSX.Element {
 
   const load = React.useCallback(async () => {
     try {
-      const [b, daily, jobs, idle] = await Promise.all([
+      const [b, daily, jobs, idle, teamRows] = await Promise.all([
         budgets(client),
         report<IDailySpend>(client, 'daily', { month }),
         report<IJobCost>(client, 'jobs', { month }),
-        report<IIdleCapacity>(client, 'idle', { month })
+        report<IIdleCapacity>(client, 'idle', { month }),
+        report<ITeamReclaim>(client, 'teams', { month })
       ]);
       setData({
         month,
@@ -146,6 +149,7 @@ export function CostsView(props: { model: QueueModel }): JSX.Element {
         daily: daily.items,
         jobs: jobs.items,
         idle: idle.items,
+        reclaimed: teamRows.items.filter(t => (t.idleReclaims ?? 0) > 0),
         offsetMs: Date.now() - b.at * 1000
       });
       setError(null);
@@ -297,8 +301,39 @@ export function CostsView(props: { model: QueueModel }): JSX.Element {
               ))}
             </tbody>
           </table>
+          <h3 className="jp-gpuqueue-costs-h">GPU-hours reclaimed from idle notebooks</h3>
+          {data.reclaimed.length === 0 ? (
+            <div className="jp-gpuqueue-muted jp-gpuqueue-reclaimed-none">None this month.</div>
+          ) : (
+            <table className="jp-gpuqueue-costs-table jp-gpuqueue-reclaimed">
+              <thead>
+                <tr>
+                  <th>Team</th>
+                  <th className="jp-gpuqueue-num">Notebooks</th>
+                  <th className="jp-gpuqueue-num">GPU-h</th>
+                </tr>
+              </thead>
+              <tbody>
+                {data.reclaimed.map(t => (
+                  <tr key={t.namespace} data-team={t.namespace}
+                    title="GPUs released from idle notebooks × the time left until the leases' scheduled end">
+                    <td>{t.namespace}</td>
+                    <td className="jp-gpuqueue-num">{t.idleReclaims}</td>
+                    <td className="jp-gpuqueue-num">{(t.idleReclaimedGpuHours ?? 0).toFixed(1)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )}
         </>
       )}
     </div>
   );
+}
+
+/** A row of the teams report: what idle notebooks gave back (service/idle.py). */
+interface ITeamReclaim {
+  namespace: string;
+  idleReclaims?: number;
+  idleReclaimedGpuHours?: number;
 }
