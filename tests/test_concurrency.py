@@ -14,8 +14,13 @@ of ``queues``, ``workloads`` and ``inventory``:
 - every acknowledged submission exists (exactly once), every acknowledged cancel is Cancelled, and
   of clients racing for one name exactly one wins (201), the others get 409.
 
-Jobs sleep for a minute, so nothing changes but what the clients do (and the quick end of a
-cancelled process). ``GPUQUEUE_CONCURRENCY_EXAMPLES`` sets the number of examples (default 6).
+Both ClusterQueues preempt lower priorities (``withinClusterQueue: LowerPriority``), so a ``high``
+job evicts ``low`` ones (which go back to Pending, their preemption recorded), and jobs run for
+0.3 s, 1.5 s or a minute, so that workloads also complete (Succeeded) while clients act; an
+invariant also checks that a job is never preempted by a lower or equal priority. The test
+asserts that preemptions and completions really happened. ``GPUQUEUE_CONCURRENCY_EXAMPLES`` sets
+the number of examples (default 20, up to 8 steps each: 30-60 s on a 2-core machine;
+~450 submissions, ~60 workloads preempted, ~150 completed).
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from test_crash import BORROWING_LIMIT, CLUSTER, INVENTORY, NOMINAL
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = int(os.environ.get("GPUQUEUE_CONCURRENCY_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("GPUQUEUE_CONCURRENCY_EXAMPLES", "20"))
+STEPS = 8
 
 PRIORITIES = """
 ---
@@ -57,15 +63,18 @@ jobs = st.fixed_dictionaries({
     "priorityClass": st.sampled_from(["low", "high"]),
     "resources": st.one_of(st.builds(lambda g: {"gpus": g}, st.integers(1, 2)),
                            st.just({"migProfile": "1g.10gb"})),
+    "seconds": st.sampled_from(["0.3", "1.5", "60"]),
 })
+
+# test_crash's CLUSTER with preemption of lower priorities in both ClusterQueues
+PREEMPTING = CLUSTER.replace("  cohort: lab\n", "  cohort: lab\n  preemption: {withinClusterQueue: LowerPriority}\n")
+assert PREEMPTING.count("withinClusterQueue") == 2
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     launcher = Launcher(zygote=False)
-    # CLUSTER has no preemption policies (Kueue's default: Never), so no sticky preemptor heads:
-    # the queue order is exactly (priority desc, creation asc).
-    setup = ServerSetup(tmp_path_factory.mktemp("concurrency"), CLUSTER + PRIORITIES, INVENTORY,
+    setup = ServerSetup(tmp_path_factory.mktemp("concurrency"), PREEMPTING + PRIORITIES, INVENTORY,
                         cycle_interval=0.05)
     srv = launcher.start(setup)
     yield srv
@@ -98,11 +107,15 @@ def in_threads(calls: list, clients: int) -> list:
 class QueueUnderLoad(RuleBasedStateMachine):
     server = None  # set by the test
     totals: Counter = Counter()  # over all examples: what really ran (checked by the test)
+    preempted: set = set()
+    succeeded: set = set()
 
     def __init__(self):
         super().__init__()
         self.acked: dict[str, str] = {}  # uid -> name, every 201
         self.cancelled: set[str] = set()
+        self.preempted = QueueUnderLoad.preempted  # uids seen with a preemption in their history (all examples)
+        self.succeeded = QueueUnderLoad.succeeded
         self.n = 0
 
     # -- requests ---------------------------------------------------------------------------------
@@ -113,7 +126,7 @@ class QueueUnderLoad(RuleBasedStateMachine):
 
     def _submit_call(self, job: dict, name: str):
         body = {"name": name, "localQueue": job["localQueue"], "priorityClass": job["priorityClass"],
-                "command": ["sleep", "60"], "maxRuntime": "2m", **job["resources"]}
+                "command": ["sleep", job["seconds"]], "maxRuntime": "2m", **job["resources"]}
         return lambda s: self.server.request("POST", "workloads", s, json=body)
 
     def _record(self, r: requests.Response) -> None:
@@ -139,35 +152,44 @@ class QueueUnderLoad(RuleBasedStateMachine):
         for r in in_threads([self._submit_call(j, self._name()) for j in batch], clients):
             self._record(r)
 
-    @rule(data=st.data(), clients=st.integers(2, 6))
-    def concurrent_cancels(self, data, clients):
-        active = self._active()
-        if not active:
+    @staticmethod
+    def _pick(active: list[str], indices: list[int]) -> list[str]:
+        """The active workloads that ``indices`` name (drawn without looking at the server, which
+        jobs completing change under hypothesis: what it draws must not depend on that)."""
+        return list(dict.fromkeys(active[i % len(active)] for i in indices)) if active else []
+
+    @rule(indices=st.lists(st.integers(0, 999), min_size=1, max_size=6), clients=st.integers(2, 6))
+    def concurrent_cancels(self, indices, clients):
+        picks = self._pick(self._active(), indices)
+        if not picks:
             return
-        picks = data.draw(st.lists(st.sampled_from(active), min_size=1, max_size=6, unique=True))
         lqs = self._known
         calls = [self._cancel_via(uid, lqs[uid]) for uid in picks]
         for uid, r in in_threads(calls, clients):
-            assert r.status_code == 200 and r.json()["state"] == "Cancelled", r.text
+            self._cancelled(uid, r)
+
+    def _cancelled(self, uid: str, r: requests.Response) -> None:
+        """A cancel's answer: Cancelled, unless the job completed since it was picked."""
+        if r.status_code == 200 and r.json()["state"] == "Cancelled":
             self.cancelled.add(uid)
             self.totals["cancelled"] += 1
+        else:
+            wl = self.server.request("GET", f"workloads/{r.request.path_url.split('workloads/', 1)[1]}").json()
+            assert wl["state"] == "Succeeded" and r.status_code in (200, 409), (r.status_code, r.text, wl["state"])
 
     def _cancel_via(self, uid: str, lq: str):
         ns, name = lq.split("/")[0], self.acked[uid]
         return lambda s: (uid, self.server.request("DELETE", f"workloads/{ns}/{name}", s))
 
-    @rule(batch=st.lists(jobs, min_size=1, max_size=8), data=st.data(), clients=st.integers(2, 6))
-    def submissions_and_cancels_at_once(self, batch, data, clients):
-        active = self._active()
-        picks = data.draw(st.lists(st.sampled_from(active), max_size=4, unique=True)) if active else []
+    @rule(batch=st.lists(jobs, min_size=1, max_size=8), indices=st.lists(st.integers(0, 999), max_size=4),
+          clients=st.integers(2, 6))
+    def submissions_and_cancels_at_once(self, batch, indices, clients):
+        picks = self._pick(self._active(), indices)
         lqs = self._known
         calls = [self._submit_call(j, self._name()) for j in batch] + [self._cancel_via(u, lqs[u]) for u in picks]
         for r in in_threads(calls, clients):
             if isinstance(r, tuple):
-                uid, resp = r
-                assert resp.status_code == 200 and resp.json()["state"] == "Cancelled", resp.text
-                self.cancelled.add(uid)
-                self.totals["cancelled"] += 1
+                self._cancelled(*r)
             else:
                 self._record(r)
 
@@ -184,6 +206,8 @@ class QueueUnderLoad(RuleBasedStateMachine):
                 assert r.json()["reason"] == "Conflict" and r.json()["field"] in ("name", "metadata.name")
 
     def teardown(self):
+        self.totals["preempted"] = len(self.preempted)
+        self.totals["succeeded"] = len(self.succeeded)
         active = self._active()
         lqs = self._known
         in_threads([self._cancel_via(u, lqs[u]) for u in active], 4) if active else None
@@ -221,12 +245,22 @@ class QueueUnderLoad(RuleBasedStateMachine):
         self.totals["checks"] += 1
         self.totals["max pending"] = max(self.totals["max pending"], sum(w["state"] == "Pending" for w in items))
         by_uid = {w["uid"]: w for w in items}
+        by_name = {f"{w['namespace']}/{w['name']}": w for w in items}
+        # preemptions and completions: only by a higher priority; counted over the run
+        for w in items:
+            if w["state"] == "Succeeded":
+                self.succeeded.add(w["uid"])
+            for p in (w.get("preemptions") or {}).get("history") or ():
+                self.preempted.add(w["uid"])
+                by = by_name.get(p["by"]) if p.get("by") else None
+                assert by is not None, (w["name"], p)
+                assert by["priority"] > w["priority"], f"{w['name']} ({w['priority']}) preempted by {p['by']} ({by['priority']})"
         # acknowledged submissions and cancels
         assert len(by_uid) == len(items), "a workload is listed twice"
         for uid in self.acked:
             assert uid in by_uid, f"acknowledged {self.acked[uid]} lost"
         for uid in self.cancelled:
-            assert by_uid[uid]["state"] == "Cancelled", by_uid[uid]
+            assert by_uid[uid]["state"] == "Cancelled", {k: by_uid[uid].get(k) for k in ("name", "state", "reason", "message", "startedAt", "finishedAt", "priorityClass")}
         # no double admission: devices, holders, counts, usage
         live = [w for w in items if w["state"] in ("Admitted", "Running")]
         held = {}
@@ -294,13 +328,15 @@ def test_concurrent_clients_keep_every_invariant(server):
     QueueUnderLoad.server = server
     try:
         run_state_machine_as_test(QueueUnderLoad, settings=settings(
-            max_examples=EXAMPLES, stateful_step_count=6, deadline=None,
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
             suppress_health_check=list(HealthCheck), database=None))
     finally:
         QueueUnderLoad.server = None
     totals = QueueUnderLoad.totals
-    print(dict(totals))
+    print(dict(totals), f"{EXAMPLES} examples of up to {STEPS} steps")
     # The run did real work (how much depends on the rules hypothesis draws; typically ~100
     # submissions and ~30 cancels for 6 examples).
     assert totals["submitted"] >= 3 * EXAMPLES and totals["cancelled"] and totals["checks"] >= EXAMPLES
     assert totals["max pending"] > 0  # queues formed: positions were checked
+    assert totals["preempted"] > 0, "no job was preempted: the preemption paths went untested"
+    assert totals["succeeded"] > 0, "no job completed: the completion paths went untested"
