@@ -274,6 +274,10 @@ class Admission:
         if uid is None:
             return
         rec = self.live.records[uid]
+        if rec["state"] in FINISHED_STATES:
+            # Cancelled while running and still stopping: its end frees the quota (finish); it is
+            # never requeued (an acknowledged cancel stays one).
+            return
         preemptor = self.live.records.get(self.live.by_key.get(p.preemptor, ""), {})
         message = (f"Preempted to accommodate {p.preemptor} (UID: {preemptor.get('uid', '?')}) due to "
                    f"{HUMAN_REASONS.get(p.reason, p.reason)}")
