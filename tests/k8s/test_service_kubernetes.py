@@ -177,7 +177,11 @@ def test_preemption_suspends_the_job_and_requeues(make_service, cluster):
     assert low["costUsd"] == pytest.approx(2 * 3.6 * 60 / 3600, rel=0.05)
     low_job = cluster.get(("batch", "jobs"), "team-a", "low-job")
     assert low_job is not None and "startTime" not in low_job["status"]  # cleared by us, as Kueue does
-    assert not [p for p in cluster.list(("", "pods"), "team-a") if p["metadata"]["labels"].get("job-name") == "low-job"]
+    # its pods are gone (the real Job controller labels them job-name and batch.kubernetes.io/job-name,
+    # tests/k8s/real/test_controlplane.py; the fake does the same)
+    assert not [p for p in cluster.list(("", "pods"), "team-a")
+                if "low-job" in (p["metadata"]["labels"].get("job-name"),
+                                 p["metadata"]["labels"].get("batch.kubernetes.io/job-name"))]
     # high-job finishes; low-job is admitted again: the same Job is unsuspended.
     wait_for(lambda: rec_of(svc, "high-job")["state"] == RUNNING, step=drive(svc, cluster))
     cluster.finish_pods("team-a", "high-job", 0)
