@@ -168,9 +168,10 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                 await expect(row.locator(".jp-gpuqueue-position")).to_contain_text(
                     "position 1 in team-a-queue"
                 )
-                # the scheduler's verdict, e.g. "waiting: NoFit — couldn't assign flavors …"
+                # a plain sentence first, then the scheduler's verdict, e.g. "Waiting for 1 more GPU of
+                # nvidia-h100 (the quota is in use)" + "waiting: NoFit — couldn't assign flavors …"
                 await expect(row.locator(".jp-gpuqueue-reason")).to_have_text(
-                    re.compile(r"^waiting: (?!Pending\b)\w+ — .+")
+                    re.compile(r"^Waiting for 1 more GPU of nvidia-h100 \(the quota is in use\)\s*waiting: (?!Pending\b)\w+ — .+")
                 )
                 # when it should start: team-b's blocker declared 15 min and there is no history
                 await expect(row.locator(".jp-gpuqueue-eta-start")).to_have_text(
