@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import calendar
 import gc
 import logging
 import math
@@ -71,6 +70,7 @@ from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
 from ..engine.snapshot import copy_workload, snapshot
 from ..engine.wait_rate import RATE_BLEND, blend_waits, rate_wait
+from ..ledger.reports import month_of, parse_month
 from .live import engine_workload
 from .states import PENDING
 
@@ -100,10 +100,9 @@ def history_keys(wl: Workload) -> tuple:
 
 
 def next_month_start(now: float) -> float:
-    """The first second (epoch s) of the UTC month after ``now``: when monthly budgets reset."""
-    t = time.gmtime(now)
-    y, m = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
-    return float(calendar.timegm((y, m, 1, 0, 0, 0)))
+    """The first second (epoch s) of the UTC month after ``now``: when monthly budgets reset
+    (the month boundaries of ledger/reports.py, which the budgets use)."""
+    return parse_month(month_of(now))[1]
 
 
 def _summary(wl: Workload, flavors: Optional[dict] = None) -> str:
