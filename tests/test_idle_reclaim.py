@@ -120,9 +120,11 @@ def get(svc, name, ns="lab"):
     return svc.get_workload(ns, name)
 
 
-def running_lease(svc, clock, hub, name="nb", user="alice", ns="lab"):
-    svc.submit({"kind": "NotebookLease", "name": name, "gpus": 1, "maxRuntimeSeconds": 8 * 3600,
-                "localQueue": f"{ns}/q"}, user=user)
+def running_lease(svc, clock, hub, name="nb", user="alice", ns="lab", server=None):
+    body = {"kind": "NotebookLease", "name": name, "gpus": 1, "maxRuntimeSeconds": 8 * 3600, "localQueue": f"{ns}/q"}
+    if server is not None:
+        body["notebookServer"] = server
+    svc.submit(body, user=user)
     for _ in range(5):
         step(svc, clock, refresh=False)
     w = get(svc, name, ns)
@@ -260,6 +262,8 @@ def test_policies_are_validated_stored_audited_and_off_by_default(env):
                         ({"idleTimeoutSeconds": 600, "maxKeeps": True}, "maxKeeps"),
                         ({"idleTimeoutSeconds": 600, "utilizationBelowPercent": 101}, "utilizationBelowPercent"),
                         ({"idleTimeout": 600}, "idleTimeout"),
+                        ({"idleTimeoutSeconds": 600, "onIdle": "suspend"}, "onIdle"),
+                        ({"idleTimeoutSeconds": 600, "onIdle": None}, "onIdle"),
                         ([600], "body")]:
         with pytest.raises(ValidationError) as e:
             svc.idle.set_policy("lab", body, actor="ada")
@@ -271,7 +275,8 @@ def test_policies_are_validated_stored_audited_and_off_by_default(env):
 
     out = svc.idle.set_policy("lab", {"idleTimeoutSeconds": 900}, actor="ada")
     lab = next(t for t in out["teams"] if t["namespace"] == "lab")
-    assert lab["policy"] == {"idleTimeoutSeconds": 900, "warnSeconds": 600, "maxKeeps": 3, "utilizationBelowPercent": 5}
+    assert lab["policy"] == {"idleTimeoutSeconds": 900, "warnSeconds": 600, "maxKeeps": 3, "utilizationBelowPercent": 5,
+                             "onIdle": "stop"}
     assert lab["stored"] and lab["updatedBy"] == "ada"
     (entry,), _ = svc.ledger.audit_log()
     assert (entry["operation"], entry["target"], entry["actor"]) == ("set-idle-policy", "namespace/lab", "ada")
@@ -313,7 +318,7 @@ def test_default_policy_from_the_app_and_its_errors(env):
     svc = build()
     svc.idle.configure({"idleTimeoutSeconds": 1200, "maxKeeps": 0}, minimum_timeout=300)
     assert svc.idle.policy("other") == {"idleTimeoutSeconds": 1200, "warnSeconds": 600, "maxKeeps": 0,
-                                        "utilizationBelowPercent": 5}
+                                        "utilizationBelowPercent": 5, "onIdle": "stop"}
     with pytest.raises(ValidationError) as e:
         svc.idle.configure({"idleTimeoutSeconds": 60})
     assert e.value.field == "idleTimeoutSeconds"
@@ -333,3 +338,54 @@ def test_keep_gpu_errors(env):
     step(svc, clock)
     with pytest.raises(Conflict, match="not a running notebook lease"):
         svc.keep_gpu("lab", "job", user="alice")
+
+
+def test_on_idle_release_ends_the_lease_and_says_the_server_goes_on_where_its_spawner_can(env):
+    """``onIdle: "release"``: the lease ends as with "stop" (its GPU to the next workload), and the
+    view says what the spawner and the server extension act on: ``idleAction`` "release" for a
+    lease whose spawner can keep the server without GPUs, "stop" for one that cannot (KubeSpawner)."""
+    build, clock, hub = env
+    svc = build()
+    svc.idle.set_policy("lab", {**POLICY, "maxKeeps": 0, "onIdle": "release"}, actor="ada")
+    local = running_lease(svc, clock, hub, name="nb", server={"name": "exp2", "goesOnWithoutGpus": True})
+    pod = running_lease(svc, clock, hub, name="pod", server={"name": "", "goesOnWithoutGpus": False})
+    assert local["notebookServer"] == {"name": "exp2", "goesOnWithoutGpus": True}
+    assert (local["idleAction"], pod["idleAction"]) == ("release", "stop")
+    hub.last["alice"] = {"exp2": local["startedAt"], "": pod["startedAt"]}
+    step(svc, clock, 600)
+    warned = get(svc, "nb")
+    assert warned["idleDeadline"] == clock.t + 300 and warned["idleSince"] == local["startedAt"]
+    step(svc, clock, 300)
+    done, stopped = get(svc, "nb"), get(svc, "pod")
+    assert (done["state"], done["reason"], done["idleAction"]) == ("Succeeded", "IdleReclaimed", "release")
+    assert "the notebook server goes on without GPUs" in done["message"]
+    assert done["idleSince"] == local["startedAt"]
+    assert (stopped["reason"], stopped["idleAction"]) == ("IdleReclaimed", "stop")
+    assert "goes on" not in stopped["message"]
+
+
+def test_a_named_server_lease_counts_its_own_servers_activity(env):
+    """Two servers of one user, one lease each: the activity of one does not keep the other's GPU."""
+    build, clock, hub = env
+    svc = build()
+    svc.idle.set_policy("lab", POLICY, actor="ada")
+    a = running_lease(svc, clock, hub, name="nb-a", server={"name": ""})
+    b = running_lease(svc, clock, hub, name="nb-b", server={"name": "exp2"})
+    assert a["name"] == "nb-a" and b["notebookServer"] == {"name": "exp2", "goesOnWithoutGpus": False}
+    hub.last["alice"] = {"": a["startedAt"], "exp2": a["startedAt"]}
+    step(svc, clock, 300)
+    hub.last["alice"] = {"": a["startedAt"], "exp2": clock.t}  # a cell ran in exp2 only
+    step(svc, clock, 300)
+    assert get(svc, "nb-a")["idleDeadline"] is not None
+    assert get(svc, "nb-b")["idleDeadline"] is None
+    with pytest.raises(ValidationError) as e:
+        svc.submit({"kind": "NotebookLease", "gpus": 1, "notebookServer": {"name": "a/b"}}, user="alice")
+    assert e.value.field == "notebookServer.name"
+    with pytest.raises(ValidationError) as e:
+        svc.submit({"kind": "NotebookLease", "gpus": 1, "notebookServer": {"goesOn": True}}, user="alice")
+    assert e.value.field == "notebookServer.goesOn"
+    with pytest.raises(ValidationError) as e:
+        svc.submit({"command": [PY, "-c", "0"], "gpus": 1, "notebookServer": {"name": ""}}, user="alice")
+    assert e.value.field == "notebookServer"
+    named = svc.submit({"kind": "NotebookLease", "gpus": 1, "notebookServer": {"name": "Exp 2"}}, user="alice")
+    assert named["name"].startswith("notebook-exp-2-"), named["name"]

@@ -34,6 +34,38 @@ LEASE_KIND = "NotebookLease"
 
 LEASE_RUN_PREFIX = "lease:"
 
+NOTEBOOK_SERVER_NAME_MAX = 255
+"""The longest notebook server name a lease may carry (JupyterHub's own limit for a server name)."""
+
+
+def parse_notebook_server(value: object) -> Optional[dict]:
+    """The ``notebookServer`` of a lease's SubmitRequest, validated: ``{"name": str,
+    "goesOnWithoutGpus": bool}`` (None when absent). ``name`` is the JupyterHub server it is for
+    ("" the user's default server, else the named server's name: at most 255 characters, no "/"
+    and no control characters); ``goesOnWithoutGpus`` whether its spawner can keep the server
+    running once the lease ends (a local process spawner: yes; a Kubernetes pod cannot give back
+    an extended resource: no; default false). Raises ValidationError naming the field."""
+    from ..errors import ValidationError
+
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValidationError(f"must be an object {{\"name\", \"goesOnWithoutGpus\"}}, got {type(value).__name__}",
+                              "notebookServer")
+    unknown = sorted(set(value) - {"name", "goesOnWithoutGpus"})
+    if unknown:
+        raise ValidationError("unknown field; expected name, goesOnWithoutGpus", f"notebookServer.{unknown[0]}")
+    name = value.get("name", "")
+    if not isinstance(name, str):
+        raise ValidationError(f"must be a string (\"\" for the default server), got {name!r}", "notebookServer.name")
+    if len(name) > NOTEBOOK_SERVER_NAME_MAX or "/" in name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise ValidationError(f"must be a JupyterHub server name: at most {NOTEBOOK_SERVER_NAME_MAX} characters, "
+                              "no '/' or control characters", "notebookServer.name")
+    goes_on = value.get("goesOnWithoutGpus", False)
+    if not isinstance(goes_on, bool):
+        raise ValidationError(f"must be true or false, got {goes_on!r}", "notebookServer.goesOnWithoutGpus")
+    return {"name": name, "goesOnWithoutGpus": goes_on}
+
 
 def is_lease_run(info: RunInfo) -> bool:
     """Whether a stored run is a lease: ``pid == 0`` (no process) and ``exit_path`` "lease:<uid>"

@@ -13,9 +13,15 @@ was at or above ``utilizationBelowPercent`` meanwhile. Then:
    kernel execution, a request to the server) also ends the warning and restarts the clock.
 3. **Release.** At the deadline the lease is released through the path of a lease's end
    (``backend.stop`` with no grace; the loop is woken, so the GPUs go to the next workload in the
-   same tick): it ends Succeeded with reason ``IdleReclaimed``, the spawner's lease watch stops
-   the notebook server, and its record keeps ``run.idleReclaimed = {"at", "gpuHours",
-   "idleSince"}``.
+   same tick): it ends Succeeded with reason ``IdleReclaimed``, and its record keeps
+   ``run.idleReclaimed = {"at", "gpuHours", "idleSince", "action"}``. What happens to the
+   notebook server is the team policy's ``onIdle`` (:func:`idle_action`): ``"stop"`` (the
+   default) — the spawner's lease watch stops the server, as at a lease's end; ``"release"`` —
+   the server goes on without its GPUs (the spawner keeps it running; its server extension
+   shuts down the kernels that held the GPUs and starts new ones with no device visible:
+   server/lease_release.py). ``"release"`` applies only to leases whose spawner said it can
+   (``notebookServer.goesOnWithoutGpus`` in the SubmitRequest: local process spawners); a
+   KubeSpawner pod cannot give an extended resource back while it runs, so its server stops.
 
 **GPU-hours reclaimed** of one release = the lease's GPU-equivalents (a MIG slice as its share of
 the GPU) × the time from the release to the lease's scheduled end (``startedAt`` +
@@ -26,17 +32,21 @@ ledger (``Ledger.idle_reclaims``).
 
 **Activity** comes from an *activity source* (the seam tests replace): an async callable given the
 owners of the running leases and answering ``{user: last activity}`` (seconds since the epoch;
-absent: unknown). :class:`HubActivity` reads it from the JupyterHub API (the users' servers'
+absent: unknown), or ``{user: {server name: last activity}}`` per notebook server ("" the default
+server; JupyterHub's named servers). :class:`HubActivity` reads it from the JupyterHub API (the users' servers'
 ``last_activity``: jupyterhub-singleuser reports kernel executions and requests every
 ``JUPYTERHUB_ACTIVITY_INTERVAL``, 300 s by default; the service's token needs
 ``read:users:activity`` and ``read:servers``). It is read every ``poll_interval`` seconds off the
 scheduling pass (tornado's AsyncHTTPClient, never blocking the loop). Nothing is warned or
 released while the activity is unknown or older than ``stale_after`` seconds (the hub was
-unreachable, the service just restarted): no lease is reclaimed on stale information. A user with
-several servers counts the most recent activity of any of them.
+unreachable, the service just restarted): no lease is reclaimed on stale information. A lease that
+names its notebook server (``notebookServer.name``, hub/lease.py) counts that server's activity;
+one that names none, or whose server the source does not report, counts the most recent activity
+of any of its owner's servers.
 
 **Policy** per team (namespace): ``{"idleTimeoutSeconds": int ≥ minimum_timeout or null (off),
-"warnSeconds": int, "maxKeeps": int, "utilizationBelowPercent": number or null (no GPU check)}``,
+"warnSeconds": int, "maxKeeps": int, "utilizationBelowPercent": number or null (no GPU check),
+"onIdle": "stop" | "release"}``,
 set by admins (``PUT admin/idle-policy/{namespace}``, audited, stored in the ledger's settings
 table under ``idlePolicy/<namespace>``); teams without one follow ``default_policy``
 (``c.GpuQueueApp.idle_policy``; off unless set).
@@ -69,11 +79,14 @@ IDLE_RECLAIMED = "IdleReclaimed"
 
 SETTING_PREFIX = "idlePolicy/"
 
-POLICY_FIELDS = ("idleTimeoutSeconds", "warnSeconds", "maxKeeps", "utilizationBelowPercent")
-DEFAULT_POLICY = {"idleTimeoutSeconds": None, "warnSeconds": 600, "maxKeeps": 3, "utilizationBelowPercent": 5}
+POLICY_FIELDS = ("idleTimeoutSeconds", "warnSeconds", "maxKeeps", "utilizationBelowPercent", "onIdle")
+DEFAULT_POLICY = {"idleTimeoutSeconds": None, "warnSeconds": 600, "maxKeeps": 3, "utilizationBelowPercent": 5,
+                  "onIdle": "stop"}
+ON_IDLE = ("stop", "release")
+"""``onIdle``: stop the notebook server (as at a lease's end), or let it go on without its GPUs."""
 MINIMUM_TIMEOUT_SECONDS = 300
 
-ActivitySource = Callable[[list[str]], Awaitable[dict[str, float]]]
+ActivitySource = Callable[[list[str]], Awaitable[dict[str, Any]]]
 
 
 def _int_field(data: dict, name: str, lo: int, hi: int) -> int:
@@ -110,7 +123,27 @@ def parse_policy(data: Any, *, base: Optional[dict] = None, minimum_timeout: int
                                   "utilizationBelowPercent")
         u = float(u) if not float(u).is_integer() else int(u)
     out["utilizationBelowPercent"] = u
+    if merged["onIdle"] not in ON_IDLE:
+        raise ValidationError(f"must be 'stop' (the notebook server stops) or 'release' (it goes on without its "
+                              f"GPUs), got {merged['onIdle']!r}", "onIdle")
+    out["onIdle"] = merged["onIdle"]
     return out
+
+
+def notebook_server(rec: dict) -> Optional[dict]:
+    """The ``notebookServer`` a lease's spawner gave (``{"name", "goesOnWithoutGpus"}``), None when
+    it gave none (a lease submitted before servers were named, or by another client)."""
+    ns = rec["spec"].get("notebookServer")
+    return ns if isinstance(ns, dict) else None
+
+
+def idle_action(rec: dict, policy: dict) -> str:
+    """What an idle release does to ``rec``'s notebook server: the policy's ``onIdle``, except that
+    ``"release"`` needs a spawner that can keep the server running without its GPUs
+    (``notebookServer.goesOnWithoutGpus``; not KubeSpawner): otherwise ``"stop"``."""
+    if policy.get("onIdle") == "release" and (notebook_server(rec) or {}).get("goesOnWithoutGpus"):
+        return "release"
+    return "stop"
 
 
 def parse_timestamp(text: Any) -> Optional[float]:
@@ -126,8 +159,8 @@ def parse_timestamp(text: Any) -> Optional[float]:
 
 class HubActivity:
     """The activity source of the hub service: ``GET {api_url}users/{name}`` for each owner, the
-    most recent ``last_activity`` of the user's servers (the user's own ``last_activity`` when the
-    token may not read servers). ``api_url``: ``$JUPYTERHUB_API_URL`` with a trailing ``/``;
+    ``last_activity`` of each of the user's servers (``{server name: seconds since the epoch}``),
+    or the user's own ``last_activity`` when the token may not read servers. ``api_url``: ``$JUPYTERHUB_API_URL`` with a trailing ``/``;
     ``token``: the service's ``$JUPYTERHUB_API_TOKEN`` (scopes ``read:users:activity``,
     ``read:servers``). A user the hub does not answer for is left out (unknown)."""
 
@@ -138,7 +171,7 @@ class HubActivity:
         self.log = log or logging.getLogger("jupyter_gpuqueue")
         self._warned_scope = False
 
-    async def _one(self, user: str) -> Optional[float]:
+    async def _one(self, user: str) -> Any:
         from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
         try:
@@ -155,17 +188,18 @@ class HubActivity:
         model = json.loads(resp.body or b"{}")
         servers = model.get("servers")
         if isinstance(servers, dict) and servers:
-            times = [parse_timestamp(s.get("last_activity")) for s in servers.values() if isinstance(s, dict)]
-            times = [t for t in times if t is not None]
+            times = {name: parse_timestamp(s.get("last_activity")) for name, s in servers.items()
+                     if isinstance(s, dict)}
+            times = {name: t for name, t in times.items() if t is not None}
             if times:
-                return max(times)
+                return times
         elif servers is None and not self._warned_scope:
             self._warned_scope = True
             self.log.warning("gpuqueue: the hub does not show users' servers to the queue service; give its "
                              "role the scope read:servers (the user's last activity is used instead)")
         return parse_timestamp(model.get("last_activity"))
 
-    async def __call__(self, users: list[str]) -> dict[str, float]:
+    async def __call__(self, users: list[str]) -> dict[str, Any]:
         results = await asyncio.gather(*(self._one(u) for u in users))
         return {u: t for u, t in zip(users, results) if t is not None}
 
@@ -196,7 +230,8 @@ class IdleReclaim:
         self.activity_source: Optional[ActivitySource] = None
         self.poll_interval = 30.0
         self.stale_after: Optional[float] = None  # None: 3 × poll_interval, at least 90 s
-        self._activity: dict[str, tuple[float, float]] = {}  # user -> (last activity, read at)
+        # user -> (last activity of any server, read at, {server name: last activity})
+        self._activity: dict[str, tuple[float, float, dict[str, float]]] = {}
         self._busy: dict[str, tuple[Optional[float], float]] = {}  # uid -> (last busy sample, checked at)
         self._policies: Optional[dict[str, dict]] = None  # namespace -> stored policy (cache)
         self._refreshing = False
@@ -316,11 +351,16 @@ class IdleReclaim:
         self._checked_at = -math.inf
         self.wake()
 
-    def note_activity(self, user: str, at: Optional[float], read_at: Optional[float] = None) -> None:
-        """``user``'s last activity (seconds since the epoch) as read at ``read_at`` (now)."""
+    def note_activity(self, user: str, at: Any, read_at: Optional[float] = None) -> None:
+        """``user``'s last activity (seconds since the epoch; or ``{server name: seconds}`` per
+        notebook server) as read at ``read_at`` (now)."""
         read_at = self.conf.clock() if read_at is None else read_at
-        if at is not None:
-            self._activity[user] = (float(at), read_at)
+        if isinstance(at, dict):
+            per_server = {str(k): float(v) for k, v in at.items() if v is not None}
+            if per_server:
+                self._activity[user] = (max(per_server.values()), read_at, per_server)
+        elif at is not None:
+            self._activity[user] = (float(at), read_at, {})
 
     def _schedule_refresh(self) -> None:
         if self.activity_source is None or self._refreshing:
@@ -389,7 +429,9 @@ class IdleReclaim:
         act = self._activity.get(rec["owner"])
         if act is None:
             return None
-        return max(float(rec.get("started_at") or 0.0), float(idle.get("keptAt") or 0.0), act[0])
+        server = (notebook_server(rec) or {}).get("name")
+        last = act[2].get(server, act[0]) if isinstance(server, str) else act[0]
+        return max(float(rec.get("started_at") or 0.0), float(idle.get("keptAt") or 0.0), last)
 
     def _check(self, rec: dict, now: float) -> None:
         policy = self.policy(rec["namespace"])
@@ -446,16 +488,19 @@ class IdleReclaim:
         uid = rec["uid"]
         hours = self.reclaimed_gpu_hours(rec, now)
         minutes = max(0.0, now - since) / 60.0
+        action = idle_action(rec, self.policy(rec["namespace"]))
         message = (f"released after {minutes:.0f} min without kernel execution or activity (idle notebook "
                    f"reclaim); {hours:.2f} GPU-hours freed for others")
+        if action == "release":
+            message += "; the notebook server goes on without GPUs"
         run = {**(rec.get("run") or {}), "idle": idle,
-               "idleReclaimed": {"at": now, "gpuHours": round(hours, 6), "idleSince": since}}
+               "idleReclaimed": {"at": now, "gpuHours": round(hours, 6), "idleSince": since, "action": action}}
         self.ledger.update_workload(uid, run=run, message=message)
         rec.update(run=run, message=message)
         self.live.stopping[uid] = IDLE_RECLAIMED
         self.backend.stop(uid, message, 0.0)
-        self.log.info("gpuqueue: idle notebook lease %s/%s of %s released (%.2f GPU-hours reclaimed)",
-                      rec["namespace"], rec["name"], rec["owner"], hours)
+        self.log.info("gpuqueue: idle notebook lease %s/%s of %s released (%.2f GPU-hours reclaimed; server: %s)",
+                      rec["namespace"], rec["name"], rec["owner"], hours, action)
         self.events.emit_workload(uid)
         self.wake()  # reaped and rescheduled at once: the GPUs go to the next workload now
 
@@ -490,16 +535,27 @@ class IdleReclaim:
     # -- the view's fields --------------------------------------------------------------------------
 
     def fields(self, rec: dict) -> dict:
-        """``idleDeadline`` (while a warning runs) and ``idleKeepsLeft`` (a running lease of a team
-        whose policy is on), else null."""
-        if rec["state"] != RUNNING or not is_lease(rec):
-            return {"idleDeadline": None, "idleKeepsLeft": None}
+        """The idle fields of a Workload view (docs/rest-api.md), null where they do not apply:
+        ``idleDeadline`` (while a warning runs), ``idleKeepsLeft`` and ``idleAction`` (a running
+        lease of a team whose policy is on; ``idleAction``: what the release will do to the
+        notebook server, :func:`idle_action`), ``idleSince`` (while a warning runs). A lease
+        released as idle keeps ``idleAction`` (what was done) and ``idleSince``."""
+        out = {"idleDeadline": None, "idleKeepsLeft": None, "idleAction": None, "idleSince": None}
+        if not is_lease(rec):
+            return out
+        if rec["state"] != RUNNING:
+            done = (rec.get("run") or {}).get("idleReclaimed")
+            if isinstance(done, dict):
+                out.update(idleAction=done.get("action") or "stop", idleSince=done.get("idleSince"))
+            return out
         policy = self.policy(rec["namespace"])
         if policy["idleTimeoutSeconds"] is None:
-            return {"idleDeadline": None, "idleKeepsLeft": None}
+            return out
         idle = self._idle_state(rec)
-        return {"idleDeadline": idle.get("deadline"),
-                "idleKeepsLeft": max(0, policy["maxKeeps"] - int(idle.get("keepsUsed") or 0))}
+        out.update(idleDeadline=idle.get("deadline"), idleSince=idle.get("idleSince"),
+                   idleKeepsLeft=max(0, policy["maxKeeps"] - int(idle.get("keepsUsed") or 0)),
+                   idleAction=idle_action(rec, policy))
+        return out
 
     # -- reports ------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..backends.lease import LEASE_KIND
+from ..backends.lease import LEASE_KIND, parse_notebook_server
 from ..engine import serialize
 from ..engine.errors import ManifestError
 from ..engine.manifests import parse_workload_document, parse_yaml_documents
@@ -75,8 +75,10 @@ class Submissions:
         name = request.get("name")
         if name not in (None, ""):
             return names.dns_label(name, "name")
-        if not argv:
-            base = "notebook"  # a lease runs nothing
+        if not argv:  # a lease runs nothing: named after its notebook server, if any
+            server = request.get("notebookServer")
+            server = server.get("name") if isinstance(server, dict) else None
+            base = f"notebook-{server}" if server and isinstance(server, str) else "notebook"
         else:
             base = Path(argv[1]).stem if len(argv) > 1 and argv[0] == self.python_executable else Path(argv[0]).name
         for _ in range(100):
@@ -124,7 +126,10 @@ class Submissions:
                 if request.get(f) not in (None, "", [], {}):
                     raise ValidationError(f"a {LEASE_KIND} runs no command; remove {f!r}", f)
             argv, cwd = [], self.root_dir
+            server = parse_notebook_server(request.get("notebookServer"))
         else:
+            if request.get("notebookServer") is not None:
+                raise ValidationError(f"only a {LEASE_KIND} names a notebook server", "notebookServer")
             argv, cwd = self.checks.command(request)
         env = request.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -144,6 +149,8 @@ class Submissions:
         }
         if kind == LEASE_KIND:
             spec["kind"] = LEASE_KIND
+            if server is not None:
+                spec["notebookServer"] = server
         if accept_spot:
             spec["acceptSpot"] = True
         return spec, wl
