@@ -251,6 +251,37 @@ def _make_dump_module():
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_revision_0003_adds_the_memory_samples_and_keeps_the_utilization_samples(kind, url_of):
+    """0002 → 0003 (``gpu_memory_samples``) on a ledger made by the release at 0002: its
+    utilization samples are kept (and their average, the reports'), memory samples can be
+    written; the downgrade drops them and nothing else."""
+    url = url_of(kind)
+    load_dump(url, os.path.join(DUMPS, f"0002.{kind}.sql"))
+    before = snapshot(url)
+    assert "gpu_memory_samples" not in before and len(before["gpu_utilization_samples"]) == 2
+    rc, out, err = cli("upgrade-db", "--db-url", url, "--revision", "0003", "--no-backup")
+    assert rc == 0, err
+    assert revision(url) == "0003"
+    after = snapshot(url)
+    assert_kept(before, after)
+    assert after["gpu_memory_samples"] == []
+    led = Ledger(url) if schema.head_revision() == "0003" else None
+    if led is not None:
+        uid = before["gpu_utilization_samples"][0]["workload_uid"]
+        mean = led.utilization()[uid]
+        assert led.add_memory_samples([(uid, "GPU-00000000-0000-0000-0000-000000000010", 1.0, 2048.0, 81920.0)]) == 1
+        assert led.memory_samples(uid)[0]["memoryUsedMiB"] == 2048.0
+        assert led.utilization()[uid] == mean  # the average utilization is unchanged
+        led.close()
+    rc, out, err = cli("upgrade-db", "--db-url", url, "--revision", "0002", "--no-backup")
+    assert rc == 0, err
+    assert revision(url) == "0002"
+    back = snapshot(url)
+    assert "gpu_memory_samples" not in back
+    assert back == before
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_ledger_made_before_versions_is_the_first_revision(kind, url_of):
     url = url_of(kind)
     load_dump(url, dumps(kind)[0])

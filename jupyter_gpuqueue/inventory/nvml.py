@@ -8,6 +8,9 @@ GB). Node labels follow GPU Feature Discovery: ``nvidia.com/gpu.product`` (the f
 spaces replaced by '-'), ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` (MiB),
 ``nvidia.com/mig.strategy`` ("mixed" if any GPU is in MIG mode, else "none"), and
 ``kubernetes.io/hostname``.
+
+Sampling (the service's, ``service/costs.py``): :func:`gpu_samples` (utilization and memory of
+running jobs' GPU or MIG devices in one NVML pass) and :func:`utilization_rates` (utilization only).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ..engine.model import GpuDevice, Inventory, MigDevice, Node
 
@@ -174,6 +177,81 @@ def utilization_rates(uuids, nvml: Any = None) -> dict[str, float]:
                 continue
             if 0.0 <= rate <= 100.0:
                 out[uuid] = rate
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
+
+class DeviceSample(NamedTuple):
+    """What one NVML pass saw of one device (:func:`gpu_samples`). ``percent``: GPU utilization
+    (``nvmlDeviceGetUtilizationRates().gpu``, 0-100; None where NVML cannot say, e.g. a MIG
+    device: NVML_ERROR_NOT_SUPPORTED). ``memory_used_mib`` / ``memory_total_mib``: the device's
+    memory in use and in all, MiB (``nvmlDeviceGetMemoryInfo``'s ``.used`` / ``.total`` bytes /
+    2**20; a MIG device's handle answers for the MIG device's own memory); None where NVML did
+    not answer."""
+
+    percent: Optional[float]
+    memory_used_mib: Optional[float]
+    memory_total_mib: Optional[float]
+
+
+def _sample(nvml: Any, uuid: str) -> Optional[DeviceSample]:
+    try:
+        h = nvml.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
+    except Exception as e:  # NOT_FOUND, GPU_IS_LOST, ...: nothing is known of this device
+        log.debug("NVML sample of %s: %s", uuid, e)
+        return None
+    percent: Optional[float] = None
+    try:
+        rate = float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        percent = rate if 0.0 <= rate <= 100.0 else None
+    except Exception as e:  # NOT_SUPPORTED (a MIG device), GPU_IS_LOST
+        log.debug("NVML utilization of %s: %s", uuid, e)
+    used = total = None
+    try:
+        info = nvml.nvmlDeviceGetMemoryInfo(h)
+        used_bytes, total_bytes = int(info.used), int(info.total)
+        if 0 <= used_bytes and (total_bytes <= 0 or used_bytes <= total_bytes):
+            used = round(used_bytes / MIB, 1)
+            total = round(total_bytes / MIB, 1) if total_bytes > 0 else None
+    except Exception as e:  # GPU_IS_LOST, NOT_SUPPORTED
+        log.debug("NVML memory of %s: %s", uuid, e)
+    if percent is None and used is None:
+        return None
+    return DeviceSample(percent, used, total)
+
+
+def gpu_samples(uuids, nvml: Any = None) -> dict[str, DeviceSample]:
+    """One NVML pass over the devices (GPU or MIG UUIDs) in ``uuids``: a :class:`DeviceSample`
+    (utilization and memory) of each device NVML answers for, by UUID.
+
+    A device NVML cannot find or answer for at all (NOT_FOUND, GPU_IS_LOST, ...) is left out; a
+    value NVML does not give (a MIG device's utilization) is None; without NVML the answer is
+    ``{}``: nothing is ever invented. ``nvml``: the ``pynvml`` module (default) or an object with
+    nvmlInit, nvmlShutdown, nvmlDeviceGetHandleByUUID, nvmlDeviceGetUtilizationRates and
+    nvmlDeviceGetMemoryInfo (a struct with ``.total``, ``.free``, ``.used`` in bytes). Never raises."""
+    uuids = [u for u in dict.fromkeys(uuids) if u]
+    if not uuids:
+        return {}
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return {}
+    try:
+        nvml.nvmlInit()
+    except Exception as e:
+        log.debug("NVML samples: nvmlInit failed: %s", e)
+        return {}
+    out: dict[str, DeviceSample] = {}
+    try:
+        for uuid in uuids:
+            sample = _sample(nvml, uuid)
+            if sample is not None:
+                out[uuid] = sample
     finally:
         try:
             nvml.nvmlShutdown()

@@ -10,7 +10,8 @@ Tables:
 - ``config_versions`` and ``audit_log``: the configuration admins applied (Kueue YAML and prices)
   and who changed what, when, before → after.
 - ``budgets``, ``gpu_utilization_samples``; ``settings`` (revision 0002): small values kept across
-  restarts by key, e.g. when the inventory was first known (the start of idle capacity).
+  restarts by key, e.g. when the inventory was first known (the start of idle capacity);
+  ``gpu_memory_samples`` (revision 0003): the memory NVML saw in use on a running job's devices.
 
 Times are floats, seconds since the Unix epoch. Money is USD; ``usd_per_hour`` is the price of the
 whole interval (all its devices) per hour, fixed when the interval is opened.
@@ -135,6 +136,27 @@ class UtilizationSample(Base):
     device: Mapped[str] = mapped_column(String(128), nullable=False)
     at: Mapped[float] = mapped_column(Float, nullable=False)
     percent: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class MemorySample(Base):
+    """One NVML memory sample of a device a running workload holds (revision 0003), taken in the
+    same NVML pass as its :class:`UtilizationSample`: ``used_mib`` (MiB in use,
+    ``nvmlDeviceGetMemoryInfo(handle).used`` / 2**20; for a MIG device its own handle's, i.e. the
+    MIG device's memory) and ``total_mib`` (its ``.total`` / 2**20, None where unknown) at ``at``
+    (seconds since the epoch). Only written where NVML answers; never invented. A MIG device,
+    whose utilization NVML cannot sample, still has memory samples."""
+
+    __tablename__ = "gpu_memory_samples"
+    __table_args__ = (Index("ix_gpu_memory_samples_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_uid: Mapped[str] = mapped_column(
+        String(64), ForeignKey("workloads.uid", ondelete="CASCADE"), nullable=False, index=True
+    )
+    device: Mapped[str] = mapped_column(String(128), nullable=False)
+    at: Mapped[float] = mapped_column(Float, nullable=False)
+    used_mib: Mapped[float] = mapped_column(Float, nullable=False)
+    total_mib: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
 
 
 WORKLOAD_COLUMNS = tuple(c.name for c in WorkloadRow.__table__.columns)

@@ -33,6 +33,7 @@ from .orm import (
     BudgetRow,
     ConfigVersion,
     Setting,
+    MemorySample,
     UtilizationSample,
     WORKLOAD_COLUMNS,
     WORKLOAD_STATES,
@@ -817,6 +818,39 @@ class Ledger:
              .order_by(UtilizationSample.at.desc(), UtilizationSample.id.desc()).limit(int(limit)))
         with self._scope() as s:
             rows = [{"device": d, "at": float(at), "percent": float(p)} for d, at, p in s.execute(q)]
+        rows.reverse()
+        return rows
+
+    def add_memory_samples(self, samples: Iterable[tuple[str, str, float, float, Optional[float]]]) -> int:
+        """Append NVML memory samples ``(workload_uid, device, at, used_mib, total_mib)`` (MiB,
+        ``nvmlDeviceGetMemoryInfo`` / 2**20; ``total_mib`` None where unknown); returns how many.
+        Raises ValidationError naming ``used_mib`` (not a number >= 0) or ``total_mib`` (not a
+        number > 0)."""
+        rows = []
+        for uid, device, at, used, total in samples:
+            u = _num(used, "used_mib")
+            if u < 0:
+                raise ValidationError(f"must be >= 0 MiB, got {u}", field="used_mib")
+            t = None if total is None else _num(total, "total_mib")
+            if t is not None and t <= 0:
+                raise ValidationError(f"must be > 0 MiB, got {t}", field="total_mib")
+            rows.append({"workload_uid": uid, "device": str(device), "at": _num(at, "at"), "used_mib": u,
+                         "total_mib": t})
+        if rows:
+            with self._scope(write=True) as s:
+                s.execute(insert(MemorySample), rows)
+        return len(rows)
+
+    def memory_samples(self, uid: str, limit: int = 5000) -> list[dict]:
+        """The NVML memory samples of one workload, oldest first, the last ``limit``:
+        ``[{"device", "at" (s since the epoch), "memoryUsedMiB", "memoryTotalMiB" (None where
+        unknown)}]``."""
+        q = (select(MemorySample.device, MemorySample.at, MemorySample.used_mib, MemorySample.total_mib)
+             .where(MemorySample.workload_uid == uid)
+             .order_by(MemorySample.at.desc(), MemorySample.id.desc()).limit(int(limit)))
+        with self._scope() as s:
+            rows = [{"device": d, "at": float(at), "memoryUsedMiB": float(u),
+                     "memoryTotalMiB": None if t is None else float(t)} for d, at, u, t in s.execute(q)]
         rows.reverse()
         return rows
 

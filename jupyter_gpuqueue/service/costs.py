@@ -19,9 +19,10 @@
   deadline), ``spot_signal`` (SIGUSR1) is sent, and only ``spot_grace_seconds`` later the normal
   stop follows (SIGTERM, then SIGKILL after ``stop_grace_seconds``). Its usage is billed until it
   stops; the preemptor waits for the devices, as with any victim.
-- **GPU utilization.** Where the inventory came from NVML, the devices of running jobs are sampled
-  every ``utilization_interval`` seconds (``inventory/nvml.utilization_rates``) into the ledger,
-  for the reports' average utilization. Nowhere else is a utilization recorded.
+- **GPU utilization and memory.** Where the inventory came from NVML, the devices of running jobs
+  are sampled every ``utilization_interval`` seconds, utilization and memory in one NVML pass
+  (``inventory/nvml.gpu_samples``), into the ledger: utilization for the reports' average
+  utilization and both for a job's page (``Views.timeline``). Nowhere else is either recorded.
 - **Reports and capacity:** :meth:`Costs.capacity_by_flavor` (GPU-equivalents per flavor, for idle
   capacity), :meth:`Costs.report` (``ledger/reports.py`` over the ledger's intervals).
 
@@ -105,7 +106,8 @@ class Costs:
 
     spot_grace_seconds = 30.0
 
-    utilization_sampler = None  # callable(uuids) -> {uuid: percent}; set where NVML answers
+    # callable(uuids) -> {uuid: percent or nvml.DeviceSample}; set where NVML answers
+    utilization_sampler = None
 
     utilization_interval = 30.0
 
@@ -116,10 +118,11 @@ class Costs:
         (``GpuQueueApp.budgets``); ``spot_flavors`` (ResourceFlavor names); ``spot_signal`` (a
         signal name, SIGUSR1) and ``spot_grace_seconds`` (≥ 0) of spot preemption notices;
         ``utilization_interval`` (seconds, > 0) between NVML samples; ``utilization_sampler``
-        ``"auto"`` (NVML when the inventory came from NVML, else none), None, or a callable
-        ``uuids -> {uuid: percent}``. Raises ValidationError naming the trait."""
+        ``"auto"`` (NVML, ``inventory/nvml.gpu_samples``, when the inventory came from NVML, else
+        none), None, or a callable ``uuids -> {uuid: percent or nvml.DeviceSample}`` (a bare
+        percent: utilization only). Raises ValidationError naming the trait."""
         from ..budgets import parse_budgets
-        from ..inventory.nvml import utilization_rates
+        from ..inventory.nvml import gpu_samples
 
         self.budgets = Budgets(self.ledger, parse_budgets(budgets or {}, "budgets"), self.conf.clock)
         names = [spot_flavors] if isinstance(spot_flavors, str) else list(spot_flavors or ())
@@ -141,7 +144,7 @@ class Costs:
                                   "utilization_interval")
         self.utilization_interval = float(utilization_interval)
         if utilization_sampler == "auto":
-            utilization_sampler = utilization_rates if self.inventory.source == "nvml" else None
+            utilization_sampler = gpu_samples if self.inventory.source == "nvml" else None
         self.utilization_sampler = utilization_sampler
 
     def costs_state(self) -> dict:
@@ -345,14 +348,33 @@ class Costs:
         return out
 
     def sample_utilization(self, now: float) -> int:
-        """One NVML sample of every running job's devices into the ledger; returns how many."""
+        """One NVML pass over every running job's devices (``utilization_sampler``) into the
+        ledger, in one transaction: their utilization (``add_utilization_samples``, percent) and
+        their memory (``add_memory_samples``, MiB used and in all) where NVML gave them. Returns
+        how many utilization samples were stored (a MIG device has memory samples only)."""
+        from ..inventory.nvml import DeviceSample
+
         devices = {uid: self.device_uuids(rec) for uid, rec in self.live.records.items() if rec["state"] == "Running"}
         uuids = [u for us in devices.values() for u in us]
         if not uuids:
             return 0
-        rates = self.utilization_sampler(uuids)
-        samples = [(uid, u, now, rates[u]) for uid, us in devices.items() for u in us if u in rates]
-        return self.ledger.add_utilization_samples(samples)
+        answers = self.utilization_sampler(uuids)
+        rates, memory = [], []
+        for uid, us in devices.items():
+            for u in us:
+                a = answers.get(u)
+                if isinstance(a, DeviceSample):
+                    if a.percent is not None:
+                        rates.append((uid, u, now, a.percent))
+                    if a.memory_used_mib is not None:
+                        memory.append((uid, u, now, a.memory_used_mib, a.memory_total_mib))
+                elif a is not None:  # a sampler of utilization only: {uuid: percent}
+                    rates.append((uid, u, now, a))
+        if not (rates or memory):
+            return 0
+        with self.ledger.transaction():
+            self.ledger.add_memory_samples(memory)
+            return self.ledger.add_utilization_samples(rates)
 
     def capacity_by_flavor(self) -> dict[str, float]:
         """GPU-equivalents of the inventory per ResourceFlavor: the GPUs and MIG slices on the

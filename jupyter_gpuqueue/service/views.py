@@ -324,7 +324,9 @@ class Views:
         Started, Preempted (by whom, why, what was lost), Finished / Failed / Cancelled),
         "runs": [{"start", "end" (null while it runs), "flavors": ["2 × gpu-a"], "costUsd",
         "outcome": running | preempted | succeeded | failed | cancelled}], "utilization":
-        [{"device", "at", "percent"}] (NVML samples, where taken)}``. Raises NotFound."""
+        [{"device", "at", "percent"}], "memory": [{"device", "at", "memoryUsedMiB",
+        "memoryTotalMiB" (None where unknown)}] (NVML samples, oldest first, where taken; none
+        without NVML)}``. Raises NotFound."""
         rec = self.live.record(namespace, name)
         view = self.view(rec)
         if reveal:
@@ -375,7 +377,8 @@ class Views:
             events.append({"at": rec["finished_at"], "type": state, "text": text})
         events.sort(key=lambda e: (e["at"] is None, e["at"] or 0.0))
         return {"workload": view, "events": events, "runs": ordered,
-                "utilization": self.ledger.utilization_samples(rec["uid"])}
+                "utilization": self.ledger.utilization_samples(rec["uid"]),
+                "memory": self.ledger.memory_samples(rec["uid"])}
 
     def reveal(self, view: dict) -> dict:
         """``view`` as an admin sees it: the names of the workloads its estimate waits for and of
