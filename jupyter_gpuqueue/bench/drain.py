@@ -179,9 +179,10 @@ def drain_figures(workloads: list[dict], jobs: list, *, t0: float, capacity: int
 
 async def run_drain(server, *, n: int = 2000, borrowing: bool = True, clients: int = 8,
                     command: Optional[list[str]] = None, seed: int = 42, capacity: int = 128,
-                    runtime: float = 1.0, timeout: float = 1800.0) -> dict:
+                    runtime: float = 1.0, timeout: float = 1800.0, quotas: Optional[dict] = None) -> dict:
     """Submit the stream to ``server`` (whose queues are :func:`.stream.cluster_yaml` with the same
-    ``borrowing``), wait for every job, and return :func:`drain_figures` plus ``submitSeconds``,
+    ``borrowing`` and ``quotas``: nominal GPUs per team, default :data:`.stream.QUOTAS`), wait for
+    every job, and return :func:`drain_figures` plus ``quotas``, ``submitSeconds``,
     ``errors``, ``serverCpuSeconds`` (the server process alone), ``jobCpuSeconds`` (the job
     wrappers and jobs it reaped) and ``load`` (1-minute load average before and after)."""
     command = command or ["sleep", "1"]
@@ -196,11 +197,14 @@ async def run_drain(server, *, n: int = 2000, borrowing: bool = True, clients: i
     workloads = await _wait_all_finished(server, uids, timeout)
     cpu1 = measure.process_cpu_seconds(server.pid)
     cpu1_all = measure.process_cpu_seconds(server.pid, children=True)
-    figures = drain_figures(workloads, jobs, t0=t0, capacity=capacity, borrowing=borrowing, runtime=runtime)
+    quotas = dict(quotas or stream.QUOTAS)
+    figures = drain_figures(workloads, jobs, t0=t0, capacity=capacity, borrowing=borrowing, runtime=runtime,
+                            quotas=quotas)
     if getattr(server, "ledger_path", None):  # a server started here: no device given twice
         errors.extend((None, None, f"device held twice: {line}") for line in devices_held_twice(server))
     figures.update({
         "borrowing": borrowing,
+        "quotas": quotas,
         "submitSeconds": submit_seconds,
         "acknowledged": len(acks),
         "errors": [list(e) for e in errors[:20]],
