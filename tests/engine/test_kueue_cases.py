@@ -2,8 +2,9 @@
 ``jupyter gpuqueue simulate`` reads.
 
 Each case is ``kueue_cases/<rule>/<case>.yaml`` (self-contained Kueue v1beta1 objects; the header
-names the Kueue test it comes from) plus ``<case>.expected.yaml``: for some workloads
-(``<namespace>/<name>``), the fields of simulate's output that Kueue's test decides. Kueue's tests
+names the Kueue test it comes from) plus ``<case>.expected.yaml``: for every workload
+(``<namespace>/<name>``), the fields of simulate's output that Kueue's test decides (where the test
+states nothing about a workload, the engine's fixed point, marked so in the file). Kueue's tests
 stop after one scheduling cycle; ``simulate`` runs cycles until nothing changes, so where the two
 differ (a preemptor is admitted one cycle after its victims are evicted, a victim may be re-admitted
 elsewhere) the expected file's comment derives the fixed point by hand.
@@ -80,6 +81,34 @@ def test_kueue_case(name):
             if got.get(field) != want:
                 problems.append(f"{key}.{field}: want {want!r}, got {got.get(field)!r}")
     assert not problems, "\n".join(problems + ["", f"full output: {out['workloads']}"])
+
+
+def case_workloads(name: str) -> list[str]:
+    """The ``<namespace>/<name>`` keys of every Workload in case ``name``'s .yaml, in file order."""
+    docs = yaml.safe_load_all((HERE / f"{name}.yaml").read_text())
+    return [
+        f"{d['metadata']['namespace']}/{d['metadata']['name']}"
+        for d in docs
+        if d and d.get("kind") == "Workload"
+    ]
+
+
+def test_every_workload_of_every_case_is_checked():
+    """Each Workload of a case has an entry in its .expected.yaml, and each entry names a Workload of the
+    case: Kueue's expectation where its test states one (converted to simulate's fixed point), otherwise
+    the engine's fixed point, marked in the file ``# not stated by Kueue's test``. A workload left out
+    would let the engine evict, move or drop it unnoticed."""
+    problems = []
+    for name in CASES:
+        workloads = case_workloads(name)
+        expected = yaml.safe_load((HERE / f"{name}.expected.yaml").read_text()) or {}
+        unchecked = [w for w in workloads if w not in expected]
+        unknown = [k for k in expected if k not in workloads]
+        if unchecked:
+            problems.append(f"{name}: {len(unchecked)} of {len(workloads)} workloads unchecked: {unchecked}")
+        if unknown:
+            problems.append(f"{name}: expected entries name no Workload of the case: {unknown}")
+    assert not problems, f"{len(problems)} cases:\n" + "\n".join(problems)
 
 
 def test_every_case_has_an_expected_file_and_a_source():
