@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from traitlets import Dict, Float, List, Unicode
+from traitlets import Bool, Dict, Float, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..backends.lease import LEASE_KIND  # noqa: F401 (the Workload kind, one name on both sides)
@@ -144,6 +144,19 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
         stops the server at the next look. 0: only the hub's poll does this.""",
     ).tag(config=True)
 
+    gpuqueue_server_goes_on_without_gpus = Bool(
+        None,
+        allow_none=True,
+        help="""Whether this spawner can keep a notebook server running once its GPU lease ends, so
+        that a team's idle policy ``onIdle: "release"`` lets the server go on without its GPUs
+        (told to the queue with each lease: ``notebookServer.goesOnWithoutGpus``). True where the
+        devices reach the server through its environment (LocalProcessSpawner, SystemdSpawner, …:
+        its gpuqueue server extension then shuts down the kernels that held the GPUs and starts
+        new ones with none visible). A KubeSpawner pod cannot give an extended resource
+        (nvidia.com/gpu) back while it runs, so there the server stops instead. None (default):
+        False for a KubeSpawner, else True.""",
+    ).tag(config=True)
+
     gpuqueue_config_files = List(
         Unicode(),
         help="""Kueue YAML files with the ResourceFlavors (the queue's own configuration, e.g. a
@@ -157,6 +170,20 @@ def setting(spawner: Any, name: str):
         return getattr(spawner, name)
     cfg = GpuQueueSpawnerConfig(config=getattr(spawner, "config", None))
     return getattr(cfg, name)
+
+
+def goes_on_without_gpus(spawner: Any) -> bool:
+    """``gpuqueue_server_goes_on_without_gpus`` of ``spawner``, None resolved (see the trait)."""
+    value = setting(spawner, "gpuqueue_server_goes_on_without_gpus")
+    if value is None:
+        return not any(cls.__name__ == "KubeSpawner" for cls in type(spawner).__mro__)
+    return bool(value)
+
+
+def server_label(spawner: Any) -> str:
+    """``"notebook server 'exp2'"`` for a named server, ``"default notebook server"`` otherwise."""
+    name = getattr(spawner, "name", "") or ""
+    return f"notebook server '{name}'" if name else "default notebook server"
 
 
 def queue_url(spawner: Any) -> str:

@@ -9,7 +9,8 @@ import time
 from typing import Any, Optional
 from urllib.parse import quote
 
-from .config import API_PATH, LEASE_KIND, REQUEST_KEYS, GpuQueueSpawnError, GpuQueueSpawnRefused, queue_url, setting
+from .config import (API_PATH, LEASE_KIND, REQUEST_KEYS, GpuQueueSpawnError, GpuQueueSpawnRefused, goes_on_without_gpus,
+                     queue_url, setting)
 from .profiles import describe_request, progress_message
 
 
@@ -111,7 +112,11 @@ class HubLease:
     """One notebook server's lease: submit, wait for admission, release.
 
     ``workload`` is the latest Workload view from the queue (docs/rest-api.md), ``progress`` the
-    latest progress event for the spawn page."""
+    latest progress event for the spawn page. Each lease names its server
+    (``notebookServer.name``: the spawner's ``name``, "" for the user's default server), so that
+    each of a user's named servers has its own lease, billed, watched and released with that
+    server alone, and says whether its spawner can keep the server running without its GPUs
+    (``notebookServer.goesOnWithoutGpus``, :func:`~.config.goes_on_without_gpus`)."""
 
     def __init__(self, spawner: Any, request: dict):
         self.spawner = spawner
@@ -142,6 +147,8 @@ class HubLease:
     def _body(self) -> dict:
         body = {k: v for k, v in self.request.items() if k in REQUEST_KEYS and v not in (None, "")}
         body["kind"] = LEASE_KIND
+        body["notebookServer"] = {"name": getattr(self.spawner, "name", "") or "",
+                                  "goesOnWithoutGpus": goes_on_without_gpus(self.spawner)}
         if "localQueue" not in body and setting(self.spawner, "gpuqueue_local_queue"):
             body["localQueue"] = setting(self.spawner, "gpuqueue_local_queue")
         if "maxRuntimeSeconds" not in body and "maxRuntime" not in body:
@@ -150,7 +157,11 @@ class HubLease:
 
     def _set(self, workload: dict, progress: int) -> None:
         self.workload = workload
-        self.progress = {"progress": progress, "message": progress_message(workload, self.request)}
+        message = progress_message(workload, self.request)
+        name = getattr(self.spawner, "name", "") or ""
+        if name:
+            message = f"notebook server '{name}': {message}"
+        self.progress = {"progress": progress, "message": message}
         self.changed.set()
 
     async def acquire(self) -> dict:
@@ -238,6 +249,12 @@ class HubLease:
         self.done = True
         self._drop_token()
         self.changed.set()
+
+
+def goes_on_without_lease(workload: Optional[dict]) -> bool:
+    """Whether a lease that is no longer Running ended so that its server goes on without its GPUs
+    (an idle release under ``onIdle: "release"``, service/idle.py) instead of stopping."""
+    return bool(workload) and workload.get("reason") == "IdleReclaimed" and workload.get("idleAction") == "release"
 
 
 def lease_end(workload: dict) -> Optional[float]:

@@ -4,11 +4,13 @@ JupyterHub's ``cleanup()`` stops its managed services *before* the users' server
 stopped at hub shutdown cannot release its lease: the queue is already down. A lease left Running
 so would hold its GPUs (and bill its team) until its maximum lease time. When the service starts
 again it asks the hub (``GET {api_url}users/{owner}``, the service's own token, scope
-``read:servers``) about the owners of its Running ``NotebookLease`` workloads, and releases, as at
-their end, the leases of owners who have no server left (none running, starting or stopping; an
-owner the hub no longer has). An owner with any live server keeps their leases (a lease does not
-say which of a user's named servers it is for). A hub that does not answer, or a token that may not
-read servers, changes nothing (logged). The spawner does its part where it can
+``read:servers``; its ``servers`` are keyed by server name, "" the default server) about the
+owners of its Running ``NotebookLease`` workloads, and releases, as at their end, exactly the
+leases whose own server is gone: a lease names its server (``notebookServer.name``, set by the
+hub's spawner), and is released when that server is not among the owner's live ones (running,
+starting or stopping), or the hub no longer has the owner. A lease that names no server (submitted
+before leases named them) is released only when its owner has no live server at all. A hub that
+does not answer, or a token that may not read servers, changes nothing (logged). The spawner does its part where it can
 (``GpuQueueSpawnerMixin``): a lease whose server it finds gone (``poll`` at hub start after a
 crash, or a restored state without a server) is released, retried until the queue answers.
 """
@@ -24,13 +26,13 @@ from urllib.parse import quote
 
 RELEASE_MESSAGE = "its notebook server is no longer running (found when the queue service started)"
 
-#: ``owner -> True`` (has a live server), ``False`` (has none, or is unknown to the hub), or None
+#: ``owner -> {names of the owner's live servers}`` (empty: none, or unknown to the hub), or None
 #: (cannot tell: the hub did not answer, or does not show servers).
-ServersSource = Callable[[str], Awaitable[Optional[bool]]]
+ServersSource = Callable[[str], Awaitable[Optional[set]]]
 
 
 class HubServers:
-    """Whether a hub user has a live server: ``GET {api_url}users/{name}`` with ``token``."""
+    """The names of a hub user's live servers: ``GET {api_url}users/{name}`` with ``token``."""
 
     def __init__(self, api_url: str, token: str, *, timeout: float = 10.0,
                  log: Optional[logging.Logger] = None):
@@ -39,7 +41,7 @@ class HubServers:
         self.timeout = timeout
         self.log = log or logging.getLogger("jupyter_gpuqueue")
 
-    async def __call__(self, user: str) -> Optional[bool]:
+    async def __call__(self, user: str) -> Optional[set]:
         from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
         try:
@@ -49,7 +51,7 @@ class HubServers:
                 request_timeout=self.timeout)
         except HTTPClientError as e:
             if e.code == 404:
-                return False  # the hub no longer has this user
+                return set()  # the hub no longer has this user
             self.log.warning("gpuqueue: cannot read %s's servers from the hub: %s", user, e)
             return None
         except OSError as e:
@@ -64,7 +66,7 @@ class HubServers:
             self.log.warning("gpuqueue: the hub does not show users' servers to the queue service; give its "
                              "role the scope read:servers (leases of stopped servers are kept until their end)")
             return None
-        return any(isinstance(s, dict) and not s.get("stopped") for s in servers.values())
+        return {name for name, s in servers.items() if isinstance(s, dict) and not s.get("stopped")}
 
 
 def running_leases(service: Any) -> list[dict]:
@@ -84,7 +86,7 @@ def release_lease(service: Any, rec: dict, message: str = RELEASE_MESSAGE) -> No
 
 async def reconcile_leases(service: Any, servers: ServersSource, *, wait_for_hub: float = 60.0,
                            retry_interval: float = 1.0) -> list[str]:
-    """Release the Running notebook leases of owners without a live server (module docstring).
+    """Release the Running notebook leases whose own server is gone (module docstring).
     Waits up to ``wait_for_hub`` seconds for the hub to answer (it may still be starting).
     Returns the ``namespace/name`` of the leases released."""
     leases = running_leases(service)
@@ -92,7 +94,7 @@ async def reconcile_leases(service: Any, servers: ServersSource, *, wait_for_hub
     if not owners:
         return []
     deadline = time.monotonic() + wait_for_hub
-    live: dict[str, Optional[bool]] = {}
+    live: dict[str, Optional[set]] = {}
     while True:
         for owner in owners:
             if live.get(owner) is None:
@@ -102,7 +104,12 @@ async def reconcile_leases(service: Any, servers: ServersSource, *, wait_for_hub
         await asyncio.sleep(retry_interval)
     released = []
     for rec in running_leases(service):  # again: some may have ended meanwhile
-        if live.get(rec["owner"]) is False:
+        servers = live.get(rec["owner"])
+        if servers is None:
+            continue
+        named = rec["spec"].get("notebookServer")
+        gone = (named["name"] not in servers) if isinstance(named, dict) else not servers
+        if gone:
             release_lease(service, rec)
             released.append(f"{rec['namespace']}/{rec['name']}")
     return released

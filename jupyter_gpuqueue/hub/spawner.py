@@ -38,7 +38,8 @@ import time
 from typing import Any, Optional
 
 from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig, GpuQueueSpawnRefused, queue_url, setting
-from .lease import HubLease, QueueClient, _delete_user_token, _new_user_token, lease_end, lease_environment
+from .lease import (HubLease, QueueClient, _delete_user_token, _new_user_token, goes_on_without_lease, lease_end,
+                    lease_environment)
 from .profiles import lease_request_for, profile_needs_gpu, profiles_form
 
 NO_TEAM_NOTE = (
@@ -102,6 +103,11 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
       is stopped at the lease's end (the ``evictionDeadline`` of a preemption warning, its maximum
       lease time), when the queue gives the devices to other work, or once the queue says the
       lease ended; the hub's next ``poll`` then finds it stopped. ``poll`` does the same check.
+    - A lease released as idle under a team policy ``onIdle: "release"`` (service/idle.py; only
+      where ``gpuqueue_server_goes_on_without_gpus``) does not stop the server: it goes on without
+      its GPUs (its server extension hides them from new kernels: server/lease_release.py).
+    - Named servers (``c.JupyterHub.allow_named_servers``): each server's spawner has its own
+      lease naming its server (``notebookServer.name``); stopping one releases only its lease.
     - ``get_state``/``load_state``: the lease survives a hub restart. A release the queue could
       not take (the queue down: at hub shutdown JupyterHub stops its services before the users'
       servers; at hub start it checks the servers before starting them) is retried in the
@@ -268,6 +274,9 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             if lease.done or self._gpuqueue_stopping:
                 return
             if w is None or w.get("state") != "Running":
+                if goes_on_without_lease(w):
+                    self._gpuqueue_goes_on(lease, w)
+                    return
                 why = (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
                 break
             end = lease_end(w)
@@ -300,6 +309,9 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         except GpuQueueSpawnError as e:
             self.log.warning("gpuqueue: cannot check the lease of %s: %s", self._log_name, e)
             return status
+        if goes_on_without_lease(w):
+            self._gpuqueue_goes_on(lease, w)
+            return status
         if w is None or w.get("state") != "Running":
             why = (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
             self.log.info("gpuqueue: the GPU lease of %s ended (%s): stopping the server", self._log_name, why)
@@ -311,6 +323,14 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         # watched from its first poll on.
         self._gpuqueue_start_watch(lease)
         return status
+
+    def _gpuqueue_goes_on(self, lease: HubLease, w: dict) -> None:
+        """The lease ended as an idle release that keeps the server: forget it, keep the server."""
+        self.log.info("gpuqueue: the GPU lease %s/%s of %s was released as idle (%s): the server goes on "
+                      "without its GPUs", w.get("namespace"), w.get("name"), self._log_name, w.get("message") or "")
+        lease.done = True
+        lease._drop_token()
+        lease.changed.set()
 
     async def _gpuqueue_release(self, lease: Optional[HubLease], why: str) -> None:
         if lease is None or lease.done:

@@ -646,8 +646,15 @@ class GpuQueueApp(ExtensionApp):
                       self.os_account_template)
         return Accounts(self.os_account_template, dict(self.os_account_map))
 
+    _lease_watch = None  # hub-client mode on a GPU lease: lease_release.ServerLeaseWatch
+
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        """Start the service once the server's event loop runs (restore, adopt, loop)."""
+        """Start the service once the server's event loop runs (restore, adopt, loop). In
+        hub-client mode on a GPU lease: watch it (new kernels without GPUs once it ends)."""
+        if self.settings.get(FORWARDER_KEY) is not None and self._lease_watch is None:
+            from .lease_release import start_lease_watch
+
+            self._lease_watch = start_lease_watch(serverapp, self.settings[FORWARDER_KEY], self.log)
         service = getattr(self, "service", None)
         if service is None or self._service_started:
             return
@@ -666,6 +673,9 @@ class GpuQueueApp(ExtensionApp):
     async def stop_extension(self) -> None:
         """Stop the service's loop and close its ledger; running jobs keep running and are
         adopted on restart. Safe when the service never started (or could not be built)."""
+        watch, self._lease_watch = self._lease_watch, None
+        if watch is not None:
+            watch.stop()
         service, self.service = self.service, None
         self.settings[SERVICE_KEY] = None
         web_app = getattr(self.serverapp, "web_app", None)

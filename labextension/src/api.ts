@@ -629,6 +629,8 @@ export interface IIdlePolicy {
   warnSeconds: number;
   maxKeeps: number;
   utilizationBelowPercent: number | null;
+  /** What an idle release does to the notebook server (default "stop"). */
+  onIdle?: 'stop' | 'release';
 }
 
 /** `GET admin/idle-policy`. */

@@ -9,8 +9,14 @@
  * released (it never stays at "less than a second": under JupyterHub the server that would tell
  * the panel so is the one being stopped). One notification per lease, for the current user's
  * own leases only.
+ *
+ * An idle release under a team policy `onIdle: "release"` keeps the notebook server running
+ * without its GPUs (`idleAction: "release"`): the notice says so, and it is shown also when
+ * JupyterLab is opened (or reloaded) after the release: the server's page config names its lease
+ * (`gpuqueueLease`, jupyter_gpuqueue/server/lease_release.py).
  */
 import { Notification } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 
 import { GpuQueueClient, IWorkload } from './api';
 import { QueueModel } from './model';
@@ -21,6 +27,18 @@ interface ILeaseFields {
   evictionDeadline?: number | null;
   idleDeadline?: number | null;
   idleKeepsLeft?: number | null;
+  /** What an idle release does (or did) to the notebook server. */
+  idleAction?: 'stop' | 'release' | null;
+  /** Since when the notebook counted as idle (seconds since the epoch). */
+  idleSince?: number | null;
+  /** The JupyterHub server the lease is for ("" the default server). */
+  notebookServer?: { name: string; goesOnWithoutGpus?: boolean } | null;
+}
+
+/** "notebook server 'exp2'" for a lease of a named server, else "notebook server". */
+export function notebookServerLabel(w: IWorkload): string {
+  const name = (w as IWorkload & ILeaseFields).notebookServer?.name;
+  return name ? `notebook server '${name}'` : 'notebook server';
 }
 
 const LEASE_KIND = 'NotebookLease';
@@ -73,11 +91,24 @@ export function idleWarningText(w: IWorkload, nowMs: number): string {
     keeps > 0
       ? `keep it (${keeps} more time${keeps === 1 ? '' : 's'}) or run a cell.`
       : 'run a cell to keep it (no keeps left).';
-  return `Idle notebook: its GPU is released in ${left}; ${keep} Lease ${w.namespace}/${w.name}.`;
+  const then =
+    lease.idleAction === 'release'
+      ? ' This server then goes on without a GPU (its kernels are shut down).'
+      : ' The server then stops.';
+  return `Idle notebook: its GPU is released in ${left}; ${keep} Lease ${w.namespace}/${w.name}.${then}`;
 }
 
-/** The notice once an idle lease was released. */
+/** The notice once an idle lease was released (`w`: the ended lease, with its `idleAction`). */
 export function idleReleasedText(w: IWorkload, endedAt: number): string {
+  const lease = w as IWorkload & ILeaseFields;
+  if (lease.idleAction === 'release') {
+    const minutes = lease.idleSince ? Math.max(0, Math.round((endedAt - lease.idleSince) / 60)) : null;
+    const after = minutes !== null ? ` after ${minutes} min idle` : ' as the notebook was idle';
+    return (
+      `Your GPU was released${after}; this server goes on without it (its kernels were shut down, ` +
+      `new ones have no GPU); restart the server to ask for a GPU again. Lease ${w.namespace}/${w.name}.`
+    );
+  }
   const at = new Date(endedAt * 1000).toLocaleTimeString();
   return (
     `Your notebook's GPU lease ${w.namespace}/${w.name} was released at ${at} because the notebook ` +
@@ -92,6 +123,8 @@ export function idleReleasedText(w: IWorkload, endedAt: number): string {
  */
 export function watchIdleLeases(model: QueueModel, client: GpuQueueClient): () => void {
   const open = new Map<string, { id: string; workload: IWorkload }>();
+  /** Leases whose release was told (not told again from the page config). */
+  const told = new Set<string>();
   const notify = (key: string, w: IWorkload, existing?: string): string => {
     const lease = w as IWorkload & ILeaseFields;
     const actions =
@@ -138,10 +171,12 @@ export function watchIdleLeases(model: QueueModel, client: GpuQueueClient): () =
       open.set(key, { id, workload: w });
     } else if (current && w.state !== 'Running') {
       open.delete(key);
+      told.add(key);
+      const ended = (w as IWorkload & ILeaseFields).idleAction ? w : current.workload;
       Notification.update({
         id: current.id,
         type: 'info',
-        message: idleReleasedText(current.workload, w.finishedAt ?? Date.now() / 1000),
+        message: idleReleasedText(ended, w.finishedAt ?? Date.now() / 1000),
         actions: [],
         autoClose: false
       });
@@ -159,6 +194,22 @@ export function watchIdleLeases(model: QueueModel, client: GpuQueueClient): () =
   model.workloadChanged.connect(onWorkload);
   model.changed.connect(onChanged);
   onChanged();
+  // This server's own lease (page config): released while no page was open to see the warning,
+  // the server went on without its GPUs: say so once.
+  const own = PageConfig.getOption('gpuqueueLease');
+  const [ownNs, ownName] = own.split('/');
+  if (ownNs && ownName) {
+    client
+      .request<IWorkload>(`workloads/${encodeURIComponent(ownNs)}/${encodeURIComponent(ownName)}`)
+      .then(w => {
+        const lease = w as IWorkload & ILeaseFields;
+        if (!told.has(own) && !open.has(own) && w.state !== 'Running' && lease.idleAction === 'release') {
+          told.add(own);
+          Notification.info(idleReleasedText(w, w.finishedAt ?? Date.now() / 1000), { autoClose: false });
+        }
+      })
+      .catch(() => undefined); // the panel reports connection problems
+  }
   const timer = window.setInterval(() => {
     for (const { id, workload } of open.values()) {
       Notification.update({ id, message: idleWarningText(workload, Date.now()) });

@@ -28,6 +28,7 @@ import { IWorkloadEntry, QueueModel } from '../model';
 import { canOpenJobPage, openJobPage } from '../jobpage/opener';
 import { preemptionsOf } from '../jobpage/types';
 import { plainReason } from '../reasons';
+import { notebookServerLabel } from '../leaseWarning';
 import {
   filterEntries,
   HISTORY_TOOLS_FROM,
@@ -370,7 +371,7 @@ function JobRow(props: {
       </div>
       <div className="jp-gpuqueue-job-meta">
         {[
-          lease ? 'notebook server' : undefined,
+          lease ? notebookServerLabel(w) : undefined,
           describeRequest(w),
           `${w.namespace}/${w.localQueue}`,
           w.priorityClass ?? undefined

@@ -1,7 +1,8 @@
 /**
  * Idle notebook GPU reclaim, per team (the admin view's "Idle" tab): one card per team with its
  * idle timeout and warning (minutes), the "Keep my GPU" clicks allowed, and the GPU utilisation
- * below which a server counts as idle. "Apply" stores the team's policy
+ * below which a server counts as idle, and what the release does to the server ("When idle": stop
+ * it, or keep it running without its GPUs). "Apply" stores the team's policy
  * (`PUT admin/idle-policy/{namespace}`), "Turn off" stores it with no timeout, "Use default" drops
  * the stored one (`DELETE`). An error the API answers is shown under the field it names, as in the
  * quota editor; a timeout below the service's minimum is refused as it is typed.
@@ -50,9 +51,15 @@ function draftOf(p: IIdlePolicy): Draft {
     warnSeconds: minutes(p.warnSeconds),
     maxKeeps: String(p.maxKeeps),
     utilizationBelowPercent:
-      p.utilizationBelowPercent === null ? '' : String(p.utilizationBelowPercent)
+      p.utilizationBelowPercent === null ? '' : String(p.utilizationBelowPercent),
+    onIdle: p.onIdle ?? 'stop'
   };
 }
+
+const ON_IDLE: Array<{ value: 'stop' | 'release'; label: string }> = [
+  { value: 'stop', label: 'stop the server' },
+  { value: 'release', label: 'keep the server, without GPUs' }
+];
 
 /**
  * The API's reason for a field the form shows in minutes: its seconds followed by the minutes
@@ -118,7 +125,8 @@ function policyOf(
       idleTimeoutSeconds: Math.round((timeout as number) * 60),
       warnSeconds: Math.round((warn as number) * 60),
       ...(keeps === null ? {} : { maxKeeps: keeps }),
-      utilizationBelowPercent: util
+      utilizationBelowPercent: util,
+      onIdle: d.onIdle === 'release' ? 'release' : 'stop'
     }
   };
 }
@@ -140,7 +148,8 @@ function TeamIdlePolicy(props: {
   }, [signature]);
 
   const original = draftOf(team.policy);
-  const dirty = FIELDS.some(({ field }) => draft[field].trim() !== original[field]);
+  const dirty =
+    FIELDS.some(({ field }) => draft[field].trim() !== original[field]) || draft.onIdle !== original.onIdle;
   const on = team.policy.idleTimeoutSeconds !== null;
   const { policy, errors: localErrors } = policyOf(draft, props.minimumSeconds);
   // a timeout typed below the minimum is shown at once; "give a timeout" only once edited
@@ -158,7 +167,7 @@ function TeamIdlePolicy(props: {
       props.onChanged(await call(), what);
     } catch (err) {
       const field = err instanceof ApiError ? err.field : undefined;
-      if (field && FIELDS.some(f => f.field === field)) {
+      if (field && (field === 'onIdle' || FIELDS.some(f => f.field === field))) {
         setApiErrors({ [field]: idleFieldMessage(field, (err as Error).message) });
       } else {
         setFormError((err as Error).message);
@@ -225,6 +234,33 @@ function TeamIdlePolicy(props: {
             )}
           </label>
         ))}
+        <label
+          className="jp-gpuqueue-field jp-gpuqueue-idle-field"
+          title="what the release does to the notebook server: stop it, or let it go on without its GPUs (its kernels are shut down; a KubeSpawner pod cannot give its GPUs back, so it stops)"
+        >
+          <span>When idle</span>
+          <select
+            className={`jp-mod-styled jp-gpuqueue-admin-input ${draft.onIdle !== original.onIdle ? 'jp-mod-dirty' : ''}`}
+            data-idle-field="onIdle"
+            aria-label={`When idle, for ${team.namespace}`}
+            value={draft.onIdle}
+            onChange={e => {
+              const value = e.target.value;
+              setDraft(d => ({ ...d, onIdle: value }));
+            }}
+          >
+            {ON_IDLE.map(o => (
+              <option key={o.value} value={o.value}>
+                {o.label}
+              </option>
+            ))}
+          </select>
+          {shown.onIdle && (
+            <div className="jp-gpuqueue-field-error" data-field="onIdle" role="alert">
+              {shown.onIdle}
+            </div>
+          )}
+        </label>
       </div>
       {formError && <div className="jp-gpuqueue-form-error">{formError}</div>}
       <div className="jp-gpuqueue-actions">
@@ -304,7 +340,8 @@ export function IdlePolicyEditor(props: {
     <div className="jp-gpuqueue-idle-policies">
       <div className="jp-gpuqueue-muted jp-gpuqueue-idle-intro">
         A notebook server holding GPUs with no activity for its team's timeout gets a warning with a
-        "Keep my GPU" button, then its GPUs are released. Off unless set (the timeout at least{' '}
+        "Keep my GPU" button, then its GPUs are released: the server stops, or goes on without them
+        ("When idle"). Off unless set (the timeout at least{' '}
         {policies.minimumTimeoutSeconds / 60} min).
       </div>
       {policies.teams.map(team => (
