@@ -30,7 +30,7 @@ from tornado import web
 
 from ..errors import GpuQueueError, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
 from .openapi import OPENAPI_PATH, openapi_json, openapi_text  # noqa: F401 (OPENAPI_PATH: tests)
-from .scopes import ADMIN_SCOPE, SUBMIT_SCOPE, has_scope, require_scope
+from .scopes import ADMIN_SCOPE, HUB_SCOPES_KEY, SUBMIT_SCOPE, has_scope, require_scope
 from .validation import check_body
 
 AUTH_RESOURCE = "gpuqueue"
@@ -387,9 +387,12 @@ class WorkloadHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def delete(self, namespace: str, name: str):
-        """Cancel (owner only: 403); answers the Workload, state Cancelled or unchanged."""
+        """Cancel (the owner; on the hub service also a holder of ``custom:gpuqueue:admin``, audited;
+        403 otherwise); answers the Workload, state Cancelled or unchanged. Elsewhere every caller
+        holds admin (scopes.py), so there only the owner cancels."""
         require_scope(self, SUBMIT_SCOPE)
-        self.write_json(self.service.cancel(namespace, name, user=self.user))
+        admin = bool(self.settings.get(HUB_SCOPES_KEY)) and has_scope(self, ADMIN_SCOPE)
+        self.write_json(self.service.cancel(namespace, name, user=self.user, admin=admin))
 
 
 class KeepGpuHandler(GpuQueueHandler):

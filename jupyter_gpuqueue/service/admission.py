@@ -463,24 +463,31 @@ class Admission:
                 grace = 0.0 if is_lease(rec) else self.stop_grace_seconds  # a lease ends on time
                 self.backend.stop(uid, "exceeded maximum run time", grace)
 
-    def cancel(self, namespace: str, name: str, *, user: str) -> dict:
-        """Cancel a workload of ``user``: pending ones leave the queue, running ones get SIGTERM (then
-        SIGKILL after the grace period). Billing stops now; the devices are released once the process
-        is gone. Finished workloads are returned unchanged. Raises NotFound, Forbidden."""
+    def cancel(self, namespace: str, name: str, *, user: str, admin: bool = False) -> dict:
+        """Cancel a workload of ``user`` (or any workload, with ``admin``: an operator's ``scancel``,
+        a Kueue admin deleting a Workload; audited as ``cancel-workload`` when not the owner's):
+        pending ones leave the queue, running ones get SIGTERM (then SIGKILL after the grace period).
+        Billing stops now; the devices are released once the process is gone. Finished workloads are
+        returned unchanged. Raises NotFound, Forbidden (field ``name``: neither owner nor admin)."""
         rec = self.live.record(namespace, name)
-        if rec["owner"] != user:
+        if rec["owner"] != user and not admin:
             raise Forbidden(f"workload {namespace}/{name} belongs to {rec['owner']}", "name")
         if rec["state"] in FINISHED_STATES:
             return self.views.view(rec)
         uid = rec["uid"]
         now = self.conf.clock()
         prev = rec["state"]
+        message = f"cancelled by {user}" if rec["owner"] == user else f"cancelled by {user} (admin)"
         with self.ledger.transaction():
             self.ledger.close_intervals(uid, now)
             self.billing.billing_closed(uid, now)
             self.ledger.update_workload(uid, state=CANCELLED, finished_at=now, reason="Cancelled",
-                                        message=f"cancelled by {user}")
-        rec.update(state=CANCELLED, finished_at=now, reason="Cancelled", message=f"cancelled by {user}")
+                                        message=message)
+            if rec["owner"] != user:
+                self.ledger.add_audit(actor=user, operation="cancel-workload", target=f"workload/{namespace}/{name}",
+                                      before={"state": prev, "owner": rec["owner"]},
+                                      after={"state": CANCELLED, "owner": rec["owner"]}, at=now)
+        rec.update(state=CANCELLED, finished_at=now, reason="Cancelled", message=message)
         if uid in self.backend.running() and (prev in (ADMITTED, RUNNING) or self.delegated):
             self.live.stopping[uid] = "Cancelled"
             grace = 0.0 if is_lease(rec) else self.stop_grace_seconds  # a lease has no process to wait for

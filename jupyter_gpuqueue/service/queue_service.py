@@ -353,9 +353,9 @@ class QueueService:
         return await self.submissions.submit_manifest_async(text, user=user)
 
     # -- admission -----------------------------------------------------------------------------------
-    def cancel(self, namespace: str, name: str, *, user: str) -> dict:
+    def cancel(self, namespace: str, name: str, *, user: str, admin: bool = False) -> dict:
         """:meth:`Admission.cancel`."""
-        return self.admission.cancel(namespace, name, user=user)
+        return self.admission.cancel(namespace, name, user=user, admin=admin)
 
     # -- views ---------------------------------------------------------------------------------------
     def info(self, user: str) -> dict:

@@ -58,15 +58,16 @@ team_a = ["alice", "anna"]
 team_b = ["bob"]
 both = ["carol"]  # in two teams: picks a LocalQueue in the submit form
 no_team = ["dave"]  # may use the queue, but no group maps to a LocalQueue: gets a clear 403
-admins = ["ada"]
+admins = ["ada"]  # hub admin and queue admin, also in team-a
+operators = ["ops"]  # hub admin and queue admin in no team: administers, cancels any job, submits nowhere
 
 # DummyAuthenticator with one shared demo password (JupyterHub >= 5.3 logs that .password is
 # deprecated in favour of SharedPasswordAuthenticator, whose admins need a separate 32-character
 # password; for a loopback demo one password is simpler). Replace it in any real deployment.
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = os.environ.get("GPUQUEUE_DEMO_PASSWORD", "gpuqueue-demo")
-c.Authenticator.allowed_users = set(team_a + team_b + both + no_team + admins)
-c.Authenticator.admin_users = set(admins)
+c.Authenticator.allowed_users = set(team_a + team_b + both + no_team + admins + operators)
+c.Authenticator.admin_users = set(admins + operators)
 c.JupyterHub.load_groups = {
     "team-a": {"users": team_a + both + admins},
     "team-b": {"users": team_b + both},
@@ -101,7 +102,7 @@ c.JupyterHub.load_roles = [
     {
         "name": "gpuqueue-admins",
         "description": "Administer the shared GPU queue",
-        "users": admins,
+        "users": admins + operators,
         "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:admin"],
     },
 ]
