@@ -11,10 +11,15 @@ Asserted, as a user sees them:
   dark theme;
 - the card's name opens the job's page in the main area (and `gpuqueue:open-job` opens the same one):
   its timeline has Submitted, Admitted, Preempted (by team-b/urgent) and Admitted again; its cost by
-  run has two runs, the first "preempted", whose costs add up to the job's; "no GPU samples (NVML not
-  available)" (no NVML here);
+  run has two runs, the first "preempted", whose costs add up to the job's; its GPU utilisation and
+  GPU memory charts (one line a device) drawn from the samples the service took through the NVML
+  seam (``inventory/nvml.gpu_samples`` given a pynvml-shaped object: this machine has no GPU), the
+  memory chart's legend giving each H100's last sample and peak "of 81,559 MiB" as the timeline
+  holds them, readable in the light and the dark theme;
 - the log follows: new lines appear while the job runs, without a reload; Download saves them;
 - Resubmit creates a new workload with the same request (4 × nvidia-h100, development, team-b).
+
+A job NVML never sampled (no NVML: the second test) says so in both charts' places.
 
 Screenshots: test-artifacts/screenshots/jobpage-*.png (GPUQUEUE_SCREENSHOT_DIR=docs/screenshots
 refreshes the docs').
@@ -28,8 +33,11 @@ import shlex
 import sys
 import time
 
+import pynvml
 import pytest
 from test_estimates import AUDIT_TEXT, SCREENSHOT_DIR, api, check_text, set_sidebar_width, use_theme, wait_for
+
+from jupyter_gpuqueue.inventory.nvml import gpu_samples
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -58,6 +66,56 @@ async def switch_theme(page, name: str, light: bool) -> None:
             await page.wait_for_timeout(500)
 
 
+MIB = 1024 * 1024
+H100_MIB = 81559  # what NVML reports for an H100 80GB HBM3
+
+
+class TrainingNvml:
+    """The pynvml functions ``gpu_samples`` calls, with pynvml's structs and errors, for the demo
+    inventory's H100s (node-b): 81,559 MiB each; each pass (nvmlInit) device ``i`` holds
+    ``(i + 1) × 4 GiB + 1 GiB × passes`` (up to 72 GiB), as a training job's memory grows, and is
+    busy ``55 + 10 i ± 5`` %. Any other UUID: NVML_ERROR_NOT_FOUND."""
+
+    def __init__(self, uuids):
+        self.uuids = list(uuids)
+        self.passes = 0
+
+    def nvmlInit(self):
+        self.passes += 1
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        uuid = uuid.decode()
+        if uuid not in self.uuids:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return self.uuids.index(uuid)
+
+    def nvmlDeviceGetUtilizationRates(self, i):
+        u = pynvml.c_nvmlUtilization_t()
+        u.gpu, u.memory = 55 + 10 * i + (5 if self.passes % 2 else -5), 30
+        return u
+
+    def nvmlDeviceGetMemoryInfo(self, i):
+        m = pynvml.c_nvmlMemory_t()
+        m.total = H100_MIB * MIB
+        m.used = min(72 * 1024, (i + 1) * 4096 + 1024 * self.passes) * MIB
+        m.free = m.total - m.used
+        return m
+
+
+def memory_legend(samples: list[dict]) -> dict[str, str]:
+    """What the memory chart's legend says of each device: its last sample and its peak, whole
+    MiB grouped by thousands, "of" its total."""
+    out = {}
+    for dev in dict.fromkeys(s["device"] for s in samples):
+        mine = [s for s in samples if s["device"] == dev]
+        last, peak = mine[-1]["memoryUsedMiB"], max(s["memoryUsedMiB"] for s in mine)
+        out[dev] = f"{last:,.0f} of {mine[-1]['memoryTotalMiB']:,.0f} MiB (peak {peak:,.0f})"
+    return out
+
+
 TICKER = "import time, itertools\nfor i in itertools.count():\n    print(f'tick {i}', flush=True)\n    time.sleep(0.2)\n"
 
 
@@ -66,6 +124,11 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
 
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
     created = ["team-b/victim", "team-b/urgent"]
+    h100s = [g.uuid for n in gpuqueue_service.inventory.nodes if n.name == "node-b" for g in n.gpus]
+    nvml = TrainingNvml(h100s)
+    costs = gpuqueue_service.costs
+    costs.utilization_interval = 0.5
+    costs.utilization_sampler = lambda uuids: gpu_samples(uuids, nvml)  # NVML, through its seam
     try:
         await api(jp_fetch, "workloads", method="POST", body={
             "name": "victim", "localQueue": "team-b/team-b-queue", "command": [sys.executable, "-c", TICKER],
@@ -83,6 +146,17 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
         summary = victim["preemptions"]["summary"]
         assert re.fullmatch(r"preempted 1× by team-b/urgent \(priority\) · (\$\d+\.\d\d|< \$0\.01) of runs lost",
                             summary), summary
+        # a few NVML passes of its second run, then no more (the page's numbers stay put)
+        for _ in range(100):
+            t = await api(jp_fetch, "workloads", "team-b", "victim", "timeline")
+            if len({s["at"] for s in t["memory"] if s["at"] >= victim["startedAt"]}) >= 3:
+                break
+            await asyncio.sleep(0.2)
+        costs.utilization_sampler = None
+        await asyncio.sleep(0.3)  # a pass under way ends
+        samples = (await api(jp_fetch, "workloads", "team-b", "victim", "timeline"))["memory"]
+        assert {s["device"] for s in samples} == set(h100s), samples[-4:]
+        legend = memory_legend(samples)
 
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(**chromium_launch_args)
@@ -137,8 +211,27 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                 await expect(runs.nth(0)).to_have_attribute("data-outcome", "preempted")
                 await expect(runs.nth(0)).to_contain_text("4 × nvidia-h100")
                 await expect(runs.nth(1)).to_have_attribute("data-outcome", "running")
-                await expect(jobpage.locator(".jp-gpuqueue-util-none")).to_have_text(
-                    "no GPU samples (NVML not available)")
+                # GPU utilisation and GPU memory, one line per H100, from the service's NVML samples
+                util = jobpage.locator('[data-section="utilization"] .jp-gpuqueue-util')
+                await expect(util.locator("path.jp-gpuqueue-util-line")).to_have_count(4)
+                memory = jobpage.locator('[data-section="memory"] .jp-gpuqueue-mem')
+                lines = memory.locator("path.jp-gpuqueue-util-line")
+                await expect(lines).to_have_count(4)
+                await expect(memory.locator("svg")).to_have_attribute(
+                    "aria-label", re.compile(r"^GPU memory used of 4 device\(s\) from .* MiB$"))
+                for dev, text in legend.items():
+                    await expect(memory.locator(f'[data-device="{dev}"] .jp-gpuqueue-mem-value')).to_have_text(text)
+                labels = await memory.locator(".jp-gpuqueue-util-label").all_text_contents()
+                assert labels[:4] == ["0", "20 GiB", "40 GiB", "60 GiB"], labels  # up to the H100's 79.6 GiB
+                await expect(memory.locator(".jp-gpuqueue-mem-total")).to_have_text("total 81,559 MiB")  # theirs
+                mine = [s for s in samples if s["device"] == h100s[0]]
+                first = memory.locator(f'path[data-device="{h100s[0]}"]')
+                await expect(first).to_have_attribute("data-samples", str(len(mine)))
+                d = await first.get_attribute("d")
+                # one point a sample; the line is broken where the job was preempted (a new run)
+                assert d.count("M") + d.count("L") == len(mine), d
+                assert d.count("M") == len({s["at"] >= victim["startedAt"] for s in mine}), (d, mine)
+                await expect(jobpage.locator(".jp-gpuqueue-util-none, .jp-gpuqueue-mem-none")).to_have_count(0)
 
                 # The log follows: it grows without a reload, and its end stays in view.
                 log = jobpage.locator(".jp-gpuqueue-jobpage-logtext")
@@ -168,10 +261,16 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                         await switch_theme(page, theme, light)
                     items = await page.evaluate(
                         AUDIT_TEXT, '[data-gpuqueue-jobpage="team-b/victim"] :is(header, .jp-gpuqueue-jobpage-meta, '
-                        '.jp-gpuqueue-preempted, .jp-gpuqueue-timeline, .jp-gpuqueue-runs, .jp-gpuqueue-util-none)')
+                        '.jp-gpuqueue-preempted, .jp-gpuqueue-timeline, .jp-gpuqueue-runs, .jp-gpuqueue-util-legend, '
+                        '.jp-gpuqueue-jobpage-charts h2)')
                     check_text(items, f"{theme} job page")
+                    assert sum(1 for i in items if "MiB (peak" in i["text"]) == 4, items
+                    # the whole page, at the default width (docs/screenshots/jobpage-light.png)
+                    await page.set_viewport_size({"width": 1280, "height": 1500})
+                    await page.wait_for_timeout(300)
                     await page.locator("#jp-main-dock-panel").screenshot(
                         path=str(SCREENSHOT_DIR / f"jobpage-{'light' if light else 'dark'}.png"))
+                    await page.set_viewport_size({"width": 1280, "height": 900})
                 await switch_theme(page, "JupyterLab Light", True)
 
                 # Resubmit: the same request again, as a new workload.
@@ -216,55 +315,43 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                 pass
 
 
-async def test_the_utilisation_chart_draws_nvml_samples(jp_fetch, gpuqueue_service, lab_url, chromium_launch_args):
-    """Where NVML sampled the job's GPUs (not on this machine: the samples are added to the server's
-    real timeline answer on its way to the page), one line a device, 0–100 %, with a legend; and an
-    ended job's page neither follows its log nor offers what only a running job has."""
-    import json as _json
-
+async def test_a_job_nvml_never_sampled_says_so_and_an_ended_job_does_not_follow(jp_fetch, gpuqueue_service, lab_url,
+                                                                                 chromium_launch_args):
+    """Without NVML (this machine; no sampler given) both charts' places say that there are no
+    samples, never an empty or made-up chart; and an ended job's page neither follows its log nor
+    offers what only a running job has."""
     from playwright.async_api import async_playwright, expect
 
+    assert gpuqueue_service.costs.utilization_sampler is None  # the demo inventory is no NVML's
     await api(jp_fetch, "workloads", method="POST", body={
         "name": "short", "localQueue": "team-a/team-a-queue",
         "command": [sys.executable, "-c", "print('done')"], "gpus": 2, "flavor": "nvidia-a100", "maxRuntime": "5m"})
     w = await wait_for(jp_fetch, "team-a/short", lambda w: w["state"] in FINISHED)
     assert w["state"] == "Succeeded", w
-    t0 = w["startedAt"]
-
-    async def add_samples(route):
-        response = await route.fetch()
-        body = await response.json()
-        body["utilization"] = [
-            {"device": dev, "at": t0 + i, "percent": p}
-            for dev, ps in (("GPU 0", (10, 80, 95, 90)), ("GPU 1", (5, 40, 60, 20))) for i, p in enumerate(ps)]
-        await route.fulfill(response=response, body=_json.dumps(body))
 
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(**chromium_launch_args)
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(30000)
-            await page.route("**/gpuqueue/api/workloads/team-a/short/timeline*", add_samples)
             await page.goto(lab_url)
             await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
             await page.evaluate(
                 "() => window.jupyterapp.commands.execute('gpuqueue:open-job', {namespace: 'team-a', name: 'short'}).then(() => true)")
             jobpage = page.locator('[data-gpuqueue-jobpage="team-a/short"]')
             await expect(jobpage).to_have_attribute("data-state", "Succeeded")
-            chart = jobpage.locator(".jp-gpuqueue-util")
-            await expect(chart.locator("polyline")).to_have_count(2)
-            await expect(chart.locator(".jp-gpuqueue-util-legend")).to_have_text("GPU 0GPU 1")
-            points = await chart.locator("polyline").first.get_attribute("points")
-            assert len(points.split()) == 4, points
-            await expect(jobpage.locator(".jp-gpuqueue-util-none")).to_have_count(0)
+            await expect(jobpage.locator(".jp-gpuqueue-util-none")).to_have_text("no GPU samples (NVML not available)")
+            await expect(jobpage.locator(".jp-gpuqueue-mem-none")).to_have_text(
+                "no GPU memory samples (NVML not available)")
+            await expect(jobpage.locator(".jp-gpuqueue-jobpage-charts svg")).to_have_count(0)
             await expect(jobpage.locator(".jp-gpuqueue-jobpage-logtext")).to_have_text("done\n")
             await expect(jobpage.locator('[data-log-status="idle"]')).to_be_visible()
             await expect(jobpage.locator(".jp-gpuqueue-runs tbody tr")).to_have_attribute("data-outcome", "succeeded")
             await switch_theme(page, "JupyterLab Dark", False)
-            items = await page.evaluate(AUDIT_TEXT, '[data-gpuqueue-jobpage="team-a/short"] .jp-gpuqueue-util-legend')
-            check_text(items, "dark: the chart's legend")
-            await jobpage.locator('[data-section="utilization"]').screenshot(
-                path=str(SCREENSHOT_DIR / "jobpage-utilization-dark.png"))
+            items = await page.evaluate(AUDIT_TEXT, '[data-gpuqueue-jobpage="team-a/short"] .jp-gpuqueue-jobpage-charts')
+            check_text(items, "dark: no samples")
+            await jobpage.locator(".jp-gpuqueue-jobpage-charts").screenshot(
+                path=str(SCREENSHOT_DIR / "jobpage-no-samples-dark.png"))
             # a job that is not there (a page restored after the ledger was reset) says so
             await page.evaluate(
                 "() => window.jupyterapp.commands.execute('gpuqueue:open-job', {namespace: 'team-a', name: 'nope'}).then(() => true)")

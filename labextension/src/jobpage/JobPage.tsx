@@ -1,8 +1,8 @@
 /**
  * A job's page in JupyterLab's main area (command `gpuqueue:open-job`, or the job's name on its
  * card): the timeline (submitted, admitted where, preempted by whom, started again, ended), the
- * log (followed while the job runs, downloadable), its cost by run, GPU utilisation where NVML
- * sampled it, and "Resubmit" / "Clone into the form".
+ * log (followed while the job runs, downloadable), its cost by run, GPU utilisation and GPU memory
+ * over time where NVML sampled them, and "Resubmit" / "Clone into the form".
  */
 import * as React from 'react';
 import { MainAreaWidget } from '@jupyterlab/apputils';
@@ -16,6 +16,7 @@ import { PreemptionLine, StateBadge } from '../components/JobList';
 import {
   fetchLog,
   fetchTimeline,
+  IMemorySample,
   IRun,
   ITimeline,
   IUtilizationSample,
@@ -232,10 +233,16 @@ export function JobPage(props: IJobPageProps): JSX.Element {
         <RunsTable runs={timeline.runs} total={w.costUsd ?? 0} />
       </section>
 
-      <section className="jp-gpuqueue-jobpage-section" data-section="utilization">
-        <h2>GPU utilisation</h2>
-        <UtilizationChart samples={timeline.utilization} />
-      </section>
+      <div className="jp-gpuqueue-jobpage-charts">
+        <section className="jp-gpuqueue-jobpage-section" data-section="utilization">
+          <h2>GPU utilisation</h2>
+          <UtilizationChart samples={timeline.utilization} runs={timeline.runs} />
+        </section>
+        <section className="jp-gpuqueue-jobpage-section" data-section="memory">
+          <h2>GPU memory</h2>
+          <MemoryChart samples={timeline.memory ?? []} runs={timeline.runs} />
+        </section>
+      </div>
 
       {!lease && (
         <section className="jp-gpuqueue-jobpage-section" data-section="log">
@@ -304,9 +311,34 @@ const SERIES_VARS = [
   '--jp-error-color1'
 ];
 
-/** Utilisation over time, one line a device, 0–100 %; or why there is none. */
-export function UtilizationChart(props: { samples: IUtilizationSample[] }): JSX.Element {
+/**
+ * An SVG path through `points` ([at, x, y], oldest first), broken between runs (`runStarts`: the
+ * runs' start times, oldest first): a job preempted and admitted again was not sampled in between,
+ * so no line is drawn there. A run's lone sample is a dot.
+ */
+function seriesPath(points: [number, number, number][], runStarts: number[]): string {
+  const runOf = (at: number) => runStarts.filter(start => start <= at).length;
+  let d = '';
+  let run = -1;
+  let open = false;
+  for (const [at, px, py] of points) {
+    const r = runOf(at);
+    const xy = `${px.toFixed(1)},${py.toFixed(1)}`;
+    if (r !== run || !open) {
+      d += `${d ? ' ' : ''}M${xy} h0.01`; // the h0.01 shows a lone point (round caps)
+      run = r;
+      open = true;
+    } else {
+      d += ` L${xy}`;
+    }
+  }
+  return d;
+}
+
+/** Utilisation over time, one line a device (broken between runs), 0–100 %; or why there is none. */
+export function UtilizationChart(props: { samples: IUtilizationSample[]; runs?: IRun[] }): JSX.Element {
   const { samples } = props;
+  const runStarts = (props.runs ?? []).map(r => r.start).sort((a, b) => a - b);
   if (samples.length === 0) {
     return (
       <div className="jp-gpuqueue-muted jp-gpuqueue-util-none">
@@ -344,17 +376,20 @@ export function UtilizationChart(props: { samples: IUtilizationSample[] }): JSX.
           const pts = samples
             .filter(s => s.device === d)
             .sort((a, b) => a.at - b.at)
-            .map(s => `${x(s.at).toFixed(1)},${y(s.percent).toFixed(1)}`)
-            .join(' ');
+            .map(s => [s.at, x(s.at), y(s.percent)] as [number, number, number]);
           return (
-            <polyline
+            <path
               key={d}
               className="jp-gpuqueue-util-line"
-              points={pts}
+              d={seriesPath(pts, runStarts)}
+              strokeLinecap="round"
+              strokeLinejoin="round"
+              data-device={d}
+              data-samples={pts.length}
               style={{ stroke: `var(${SERIES_VARS[i % SERIES_VARS.length]})` }}
             >
               <title>{d}</title>
-            </polyline>
+            </path>
           );
         })}
       </svg>
@@ -366,6 +401,150 @@ export function UtilizationChart(props: { samples: IUtilizationSample[] }): JSX.
               style={{ background: `var(${SERIES_VARS[i % SERIES_VARS.length]})` }}
             />
             {d}
+          </span>
+        ))}
+      </figcaption>
+    </figure>
+  );
+}
+
+const MEM_PAD_L = 58;
+const MEM_PAD_T = 18; // room for the label of a total at the top
+
+/** "12,345" (whole MiB, grouped by thousands). */
+function mib(v: number): string {
+  return Math.round(v).toLocaleString('en-US');
+}
+
+/**
+ * The memory axis' gridlines: 0 and round steps up to `top` (MiB): GiB from 2 GiB up, else MiB;
+ * a step of 1, 2 or 5 × 10^k units, about a third of the axis ("0", "20 GiB", "40 GiB", "60 GiB"
+ * for an 80 GB GPU, whose total is the dashed line above them).
+ */
+function memoryTicks(top: number): { v: number; label: string }[] {
+  const gib = top >= 2048;
+  const unit = gib ? 1024 : 1;
+  const span = top / unit;
+  const rough = span / 3;
+  const mag = Math.pow(10, Math.floor(Math.log10(rough)));
+  const step = [5, 2, 1].map(m => m * mag).find(c => c <= rough) ?? mag;
+  const out: { v: number; label: string }[] = [];
+  for (let k = 0; k * step <= span * (1 + 1e-9); k++) {
+    const n = Number((k * step).toFixed(3));
+    out.push({ v: n * unit, label: k === 0 ? '0' : `${n} ${gib ? 'GiB' : 'MiB'}` });
+  }
+  return out;
+}
+
+/**
+ * Memory in use over time, one line a device (broken between runs), from 0 to the largest device's memory (each
+ * distinct total a labelled dashed line); the legend gives each device's last sample and peak
+ * in MiB, "of" its total where known. Or why there is none.
+ */
+export function MemoryChart(props: { samples: IMemorySample[]; runs?: IRun[] }): JSX.Element {
+  const { samples } = props;
+  const runStarts = (props.runs ?? []).map(r => r.start).sort((a, b) => a - b);
+  if (samples.length === 0) {
+    return (
+      <div className="jp-gpuqueue-muted jp-gpuqueue-mem-none">
+        no GPU memory samples (NVML not available)
+      </div>
+    );
+  }
+  const t0 = Math.min(...samples.map(s => s.at));
+  const t1 = Math.max(...samples.map(s => s.at), t0 + 1);
+  const devices = [...new Set(samples.map(s => s.device))];
+  const byDevice = devices.map(d => {
+    const ss = samples.filter(s => s.device === d).sort((a, b) => a.at - b.at);
+    const totals = ss.map(s => s.memoryTotalMiB).filter((t): t is number => t !== null && t > 0);
+    return {
+      device: d,
+      samples: ss,
+      last: ss[ss.length - 1].memoryUsedMiB,
+      peak: Math.max(...ss.map(s => s.memoryUsedMiB)),
+      total: totals.length ? totals[totals.length - 1] : null
+    };
+  });
+  const top = Math.max(
+    1,
+    ...byDevice.map(d => d.total ?? 0),
+    ...samples.map(s => s.memoryUsedMiB)
+  );
+  const x = (at: number) => MEM_PAD_L + ((at - t0) / (t1 - t0)) * (CHART_W - MEM_PAD_L - PAD_R);
+  const y = (v: number) =>
+    MEM_PAD_T + (1 - Math.min(top, Math.max(0, v)) / top) * (CHART_H - MEM_PAD_T - PAD_B);
+  const color = (i: number) => `var(${SERIES_VARS[i % SERIES_VARS.length]})`;
+  const totals = [...new Set(byDevice.map(d => d.total).filter((t): t is number => t !== null))];
+  const words = byDevice
+    .map(d => `${d.device} ${mib(d.last)}${d.total !== null ? ` of ${mib(d.total)}` : ''} MiB`)
+    .join(', ');
+  return (
+    <figure className="jp-gpuqueue-util jp-gpuqueue-mem">
+      <svg
+        viewBox={`0 0 ${CHART_W} ${CHART_H}`}
+        role="img"
+        aria-label={
+          `GPU memory used of ${devices.length} device(s) from ${time(t0)} to ${time(t1)}; ` +
+          `last: ${words}`
+        }
+      >
+        {memoryTicks(top).map(({ v, label }) => (
+          <g key={v}>
+            <line className="jp-gpuqueue-util-grid" x1={MEM_PAD_L} x2={CHART_W - PAD_R} y1={y(v)} y2={y(v)} />
+            <text className="jp-gpuqueue-util-label" x={MEM_PAD_L - 4} y={y(v) + 4} textAnchor="end">
+              {label}
+            </text>
+          </g>
+        ))}
+        <text className="jp-gpuqueue-util-label" x={MEM_PAD_L} y={CHART_H - 3}>
+          {time(t0)}
+        </text>
+        <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={CHART_H - 3} textAnchor="end">
+          {time(t1)}
+        </text>
+        {totals.map(t => (
+          <g key={`total-${t}`} className="jp-gpuqueue-mem-total">
+            <line
+              x1={MEM_PAD_L}
+              x2={CHART_W - PAD_R}
+              y1={y(t)}
+              y2={y(t)}
+              strokeWidth={1}
+              strokeDasharray="5 4"
+              style={{ stroke: 'var(--jp-ui-font-color2)' }}
+            />
+            <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={y(t) - 4} textAnchor="end">
+              {`total ${mib(t)} MiB`}
+            </text>
+          </g>
+        ))}
+        {byDevice.map((d, i) => (
+          <path
+            key={d.device}
+            className="jp-gpuqueue-util-line"
+            d={seriesPath(
+              d.samples.map(s => [s.at, x(s.at), y(s.memoryUsedMiB)] as [number, number, number]),
+              runStarts
+            )}
+            strokeLinecap="round"
+            strokeLinejoin="round"
+            data-device={d.device}
+            data-samples={d.samples.length}
+            style={{ stroke: color(i) }}
+          >
+            <title>{d.device}</title>
+          </path>
+        ))}
+      </svg>
+      <figcaption className="jp-gpuqueue-util-legend">
+        {byDevice.map((d, i) => (
+          <span key={d.device} data-device={d.device}>
+            <span className="jp-gpuqueue-util-swatch" style={{ background: color(i) }} />
+            {d.device}:{' '}
+            <span className="jp-gpuqueue-mem-value">
+              {mib(d.last)}
+              {d.total !== null ? ` of ${mib(d.total)}` : ''} MiB (peak {mib(d.peak)})
+            </span>
           </span>
         ))}
       </figcaption>

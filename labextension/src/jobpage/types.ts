@@ -59,11 +59,24 @@ export interface IUtilizationSample {
   percent: number;
 }
 
+/** An NVML memory sample of one device (GPU or MIG UUID): MiB in use and in all. */
+export interface IMemorySample {
+  device: string;
+  /** seconds since the epoch */
+  at: number;
+  /** `nvmlDeviceGetMemoryInfo().used` / 2^20 */
+  memoryUsedMiB: number;
+  /** `.total` / 2^20; null where unknown */
+  memoryTotalMiB: number | null;
+}
+
 export interface ITimeline {
   workload: IWorkloadView;
   events: ITimelineEvent[];
   runs: IRun[];
   utilization: IUtilizationSample[];
+  /** absent from servers before revision 0003 of the ledger */
+  memory?: IMemorySample[];
 }
 
 function path(namespace: string, name: string): string {
