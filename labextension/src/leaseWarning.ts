@@ -91,11 +91,14 @@ export function idleWarningText(w: IWorkload, nowMs: number): string {
     keeps > 0
       ? `keep it (${keeps} more time${keeps === 1 ? '' : 's'}) or run a cell.`
       : 'run a cell to keep it (no keeps left).';
+  // what happens then, also within the first 140 characters; the lease after it
   const then =
     lease.idleAction === 'release'
-      ? ' This server then goes on without a GPU (its kernels are shut down).'
-      : ' The server then stops.';
-  return `Idle notebook: its GPU is released in ${left}; ${keep} Lease ${w.namespace}/${w.name}.${then}`;
+      ? ' The server then goes on without a GPU.'
+      : lease.idleAction === 'stop'
+        ? ' The server then stops.'
+        : '';
+  return `Idle notebook: its GPU is released in ${left}; ${keep}${then} Lease ${w.namespace}/${w.name}.`;
 }
 
 /** The notice once an idle lease was released (`w`: the ended lease, with its `idleAction`). */
@@ -104,9 +107,10 @@ export function idleReleasedText(w: IWorkload, endedAt: number): string {
   if (lease.idleAction === 'release') {
     const minutes = lease.idleSince ? Math.max(0, Math.round((endedAt - lease.idleSince) / 60)) : null;
     const after = minutes !== null ? ` after ${minutes} min idle` : ' as the notebook was idle';
+    // the first 140 characters (what the toast shows) say what happened and what to do
     return (
-      `Your GPU was released${after}; this server goes on without it (its kernels were shut down, ` +
-      `new ones have no GPU); restart the server to ask for a GPU again. Lease ${w.namespace}/${w.name}.`
+      `Your GPU was released${after}; this server goes on without it. Restart the server to ask ` +
+      `for a GPU again. Its kernels were shut down; new ones have no GPU. Lease ${w.namespace}/${w.name}.`
     );
   }
   const at = new Date(endedAt * 1000).toLocaleTimeString();

@@ -6,7 +6,9 @@ alice's last activity was her lease's start. team-a's policy (set through the ad
 service's minimum timeout lowered to 1 s for the test) warns after 6 idle seconds and releases 90 s
 later, with one keep. JupyterLab shows the warning (labextension/src/leaseWarning.ts,
 ``watchIdleLeases``) with its countdown and a "Keep my GPU" button; clicking it restarts the idle
-clock (no deadline, no keeps left) and the warning goes; the next warning has no button.
+clock (no deadline, no keeps left) and the warning goes; the next warning has no button. Under
+``onIdle: "release"`` a lease of a server that goes on without its GPUs is warned so, and after the
+release told "Your GPU was released after N min idle; this server goes on without it …".
 """
 
 from __future__ import annotations
@@ -136,6 +138,29 @@ async def test_idle_warning_counts_down_and_keep_my_gpu_resets_the_clock(
                 await expect(toast.get_by_role("button", name="Keep my GPU")).to_have_count(0)
                 await page.wait_for_timeout(1200)
                 await page.screenshot(path=str(SCREENSHOT_DIR / "idle-warning-no-keeps.png"))
+
+                # onIdle "release": a lease whose server goes on without its GPU (a named server
+                # of a local spawner) is told so in the warning and in the notice after it.
+                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+                await api(jp_fetch, "admin", "idle-policy", "team-a", method="PUT", body={
+                    "idleTimeoutSeconds": 2, "warnSeconds": 4, "maxKeeps": 0, "onIdle": "release",
+                    "utilizationBelowPercent": None})
+                await api(jp_fetch, "workloads", method="POST", body={
+                    "kind": "NotebookLease", "name": "nb-exp2", "localQueue": "team-a/team-a-queue",
+                    "gpus": 1, "maxRuntime": "1h", "notebookServer": {"name": "exp2", "goesOnWithoutGpus": True}})
+                warned2 = await wait_for(jp_fetch, "team-a/nb-exp2", lambda w: w.get("idleDeadline"), timeout=30)
+                assert warned2["idleAction"] == "release"
+                toast2 = page.locator(".Toastify__toast", has_text=re.compile(
+                    "The server then goes on without a GPU|this server goes on without it"))
+                await expect(toast2).to_be_visible(timeout=20000)
+                await expect(toast2).to_contain_text("run a cell to keep it (no keeps left). The server then goes on "
+                                                     "without a GPU.")
+                done = await wait_for(jp_fetch, "team-a/nb-exp2", lambda w: w["state"] != "Running", timeout=30)
+                assert (done["reason"], done["idleAction"]) == ("IdleReclaimed", "release"), done
+                await expect(toast2).to_contain_text(
+                    re.compile(r"Your GPU was released after \d+ min idle; this server goes on without it"),
+                    timeout=20000)
+                await expect(toast2).to_contain_text("Restart the server to ask for a GPU again.")
                 assert not errors, errors
             finally:
                 await browser.close()

@@ -270,14 +270,14 @@ def test_idle_release_keeps_the_server_running_without_its_gpu(ihub):
         big = _wait(lambda: (lambda w: w if w["state"] in ("Running", "Succeeded") else None)(
             ihub.queue("GET", "workloads/team-a/big2", alice).json()), 10, "the queued job did not start", ihub)
         assert big["admittedAt"] - done["finishedAt"] < 2.0
-        # ... the kernel that held it is shut down ...
+        # ... the server goes on (the spawner's lease watch looks every 0.5 s) ...
+        time.sleep(2)
+        assert ihub.request("GET", "user/alice/api/status", alice).status_code == 200, "the server was stopped"
+        assert ihub.api("GET", "users/alice").json()["servers"][""]["ready"]
+        # ... and the kernel that held the GPU is shut down.
         _wait(lambda: k1 not in [k["id"] for k in ihub.request("GET", "user/alice/api/kernels", alice).json()], 15,
               "the kernel that held the GPU still runs", ihub)
         _wait(lambda: _kernel_env(k1) is None, 10, "the kernel process that held the GPU is still there", ihub)
-        # ... and the server goes on (the spawner's lease watch looks every 0.5 s).
-        time.sleep(2)
-        assert ihub.request("GET", "user/alice/api/status", alice).status_code == 200
-        assert ihub.api("GET", "users/alice").json()["servers"][""]["ready"]
         # A kernel started now sees no GPU.
         k2, env2 = _start_kernel(ihub, alice)
         assert env2["CUDA_VISIBLE_DEVICES"] == "" and env2["NVIDIA_VISIBLE_DEVICES"] == "void", env2
