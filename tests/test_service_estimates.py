@@ -271,3 +271,69 @@ def test_the_range_learns_from_the_estimators_own_errors(make):
     assert svc.estimates.calibration.samples() == 0
     svc.estimates.refresh_now()  # the worker takes it
     assert svc.estimates.calibration.samples() == 1
+
+
+def test_a_forked_refresh_snapshots_in_the_child_at_low_priority_and_estimates_every_pending_workload(
+        make, tmp_path, monkeypatch):
+    """The forked refresh leaves the event loop only the fork: the copy of the Scheduler is taken
+    in the forked process (from its copy-on-write image of the server), which computes at a lower
+    CPU priority than the server; its result comes back in several chunks and every pending
+    workload gets its estimate, range and waitingFor (naming real workloads of the queue)."""
+    from jupyter_gpuqueue.service import estimates as module
+
+    svc = make(restore=False)
+    est = svc.estimates
+    assert est.use_fork
+    est.rows_per_chunk = 2  # six pending workloads: the result comes back in three chunks
+    where = tmp_path / "where"
+    real_snapshot, real_compute = module.snapshot, est._compute
+
+    def snapshot(sched, **kw):
+        with open(where, "a") as f:
+            f.write(f"snapshot {os.getpid()}\n")
+        return real_snapshot(sched, **kw)
+
+    def compute(job):
+        with open(where, "a") as f:
+            f.write(f"compute {os.getpid()} {os.getpriority(os.PRIO_PROCESS, 0)}\n")
+        return real_compute(job)
+
+    monkeypatch.setattr(module, "snapshot", snapshot)
+    est._compute = compute
+    names = [f"p{i}" for i in range(6)]
+
+    async def scenario():
+        await svc.start()
+        try:
+            submit(svc, "a", gpus=2)
+            submit(svc, "b", gpus=2, flavor="gpu-b")
+            for _ in range(200):
+                if all(svc.get_workload("one", n)["state"] == "Running" for n in ("a", "b")):
+                    break
+                await asyncio.sleep(0.05)
+            for n in names:
+                submit(svc, n, runtime=300)
+            for _ in range(300):
+                views = [svc.get_workload("one", n) for n in names]
+                if all(v["estimatedStartAt"] is not None for v in views):
+                    return views
+                await asyncio.sleep(0.05)
+            raise AssertionError([v["estimateReason"] for v in views])
+        finally:
+            await svc.stop()
+
+    views = asyncio.run(scenario())
+    for v in views:
+        assert v["state"] == "Pending" and v["estimateReason"] is None, v
+        assert v["estimatedStartRange"]["early"] <= v["estimatedStartAt"] <= v["estimatedStartRange"]["late"], v
+        assert v["waitingFor"], v
+        for w in v["waitingFor"]:
+            assert w["namespace"] == "one" and w["name"] in {"a", "b", *names}, w
+            assert w["kind"] in ("running", "pending") and isinstance(w["expectedEndAt"], float), w
+    lines = [line.split() for line in where.read_text().splitlines()]
+    snapshots = [int(pid) for what, pid, *_ in lines if what == "snapshot"]
+    computes = [(int(pid), int(prio)) for what, pid, prio in (line for line in lines if line[0] == "compute")]
+    assert snapshots and computes
+    assert os.getpid() not in snapshots  # never on the event loop's process
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert all(pid != os.getpid() and prio > own for pid, prio in computes), (own, computes)

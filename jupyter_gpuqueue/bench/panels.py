@@ -54,6 +54,7 @@ class _Panel:
         self.pending: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
         self.query_latencies: list[float] = []
         self.query_errors = 0
+        self.query_error_kinds: dict[str, int] = {}  # "HTTP 404" / an exception's name -> count
         self.errors: list[str] = []
         self.connected = asyncio.Event()
 
@@ -145,13 +146,14 @@ async def _query(panel: _Panel, session, server, stop: asyncio.Event, interval: 
             try:
                 async with session.get(f"{server.api}workloads/{ns}/{name}", headers=server.headers) as r:
                     await r.read()
-                    ok = r.status == 200
-            except Exception:
-                ok = False
-            if ok:
+                    error = None if r.status == 200 else f"HTTP {r.status}"
+            except Exception as exc:
+                error = type(exc).__name__
+            if error is None:
                 panel.query_latencies.append(time.perf_counter() - start)
             else:
                 panel.query_errors += 1
+                panel.query_error_kinds[error] = panel.query_error_kinds.get(error, 0) + 1
         await asyncio.sleep(rng.uniform(0.5 * interval, 1.5 * interval))
 
 
@@ -227,6 +229,7 @@ async def run_panels(server, *, clients: int = 100, n: int = 2000, borrowing: bo
         "queryP50Ms": (measure.percentile(latencies, 50) or 0) * 1000,
         "queryP99Ms": (measure.percentile(latencies, 99) or 0) * 1000,
         "queryErrors": sum(p.query_errors for p in panels),
+        "queryErrorKinds": _merged(p.query_error_kinds for p in panels),
         "streamErrors": [e for p in panels for e in p.errors][:20],
         "streamErrorCount": sum(len(p.errors) for p in panels),
         "load": measure.load_average(),
@@ -234,6 +237,14 @@ async def run_panels(server, *, clients: int = 100, n: int = 2000, borrowing: bo
         "serverCpuSeconds": cpu1[0] - cpu0[0] if cpu0[0] is not None and cpu1[0] is not None else None,
         "clientCpuSeconds": cpu1[1] - cpu0[1],
     }
+
+
+def _merged(counts) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def format_panels(r: dict) -> str:
@@ -249,7 +260,9 @@ def format_panels(r: dict) -> str:
         "  by state: " + "; ".join(f"{k} p50 {v['p50Ms']:.0f} / p99 {v['p99Ms']:.0f} ms"
                                    for k, v in r.get("eventDelayByState", {}).items()),
         f"  position queries: {r['queries']}, p50 {r['queryP50Ms']:.1f} ms, p99 {r['queryP99Ms']:.1f} ms, "
-        f"errors {r['queryErrors']}; stream errors {r['streamErrorCount']}",
+        f"errors {r['queryErrors']}" + (f" ({', '.join(f'{k} × {v}' for k, v in sorted(r['queryErrorKinds'].items()))})"
+                                        if r.get("queryErrorKinds") else "")
+        + f"; stream errors {r['streamErrorCount']}",
         f"  load {r['load'][0]:.2f}; CPU during the drain: server "
         f"{measure.fmt(r.get('serverCpuSeconds'), ' s', 1)}, panels {measure.fmt(r.get('clientCpuSeconds'), ' s', 1)}",
     ]

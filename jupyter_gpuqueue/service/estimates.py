@@ -9,17 +9,23 @@ run times), computed here:
 - **When.** After a change (:meth:`Estimates.changed`: the loop calls it when a tick scheduled,
   and on submissions, ends, preemptions, configuration and budget changes, which all wake the
   loop), debounced: at most once every ``min_interval`` seconds (1 s) and so that the estimates
-  take at most ``cpu_share`` (10 %) of a core (a refresh that took 200 ms waits 2 s), and at
+  take at most ``cpu_share`` (10 %) of a core (a refresh that took 200 ms of CPU waits 2 s) and
+  ``loop_share`` (1 %) of the event loop (the fork and the slices that apply the result), and at
   least every ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job
   that has outlived its history is expected to run longer).
-- **Where.** The copy (:func:`..engine.snapshot.snapshot`) is taken on the event loop, which owns
-  the Scheduler; the forward run happens in a forked copy of the process (``use_fork``, Linux:
-  it shares no GIL with the event loop; only its result is pickled back through a pipe the loop
-  reads without blocking), else on one worker thread. The result is published back on the loop;
-  a result computed from a snapshot older than the one already published is dropped. Workloads whose estimate changed
-  materially since the last event (a first estimate, a new reason, a start moved by more than
-  ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at most ``events_per_refresh`` per
-  refresh, so panels update without polling.
+- **Where.** In a forked copy of the process (``use_fork``, Linux): the fork is the event loop's
+  only pause at the start of a refresh; the child takes the copy of the Scheduler
+  (:func:`..engine.snapshot.snapshot`) from its copy-on-write image of the server as of the fork,
+  runs the forward run at the lowest CPU priority (``child_nice``: on a busy machine the
+  server's threads win the cores), and writes its result back as plain tuples through a pipe
+  the loop reads without blocking. The loop decodes and publishes it in slices of at most
+  ``slice_seconds`` (1 ms), each a callback of its own, so requests are served in between (as
+  scheduling cycles are). Without fork: the snapshot on the loop, the forward run on one worker
+  thread. A result computed from a snapshot older than the one already published is dropped.
+  Workloads whose estimate changed materially since the last event (a first estimate, a new
+  reason, a start moved by more than ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at
+  most ``events_per_refresh`` per refresh, so panels update without polling. BENCHMARKS.md,
+  "Estimated start times in the live service", has what this costs the position queries.
 - **The point and the range.** One forward run (no extra draws); its wait is blended with the
   ClusterQueue's recent admission rate (position / admissions per second over the last hour, with
   at least 5 admissions: :mod:`..engine.wait_rate`, as the replay measured it), and the range
@@ -53,7 +59,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import gc
+import io
 import logging
 import math
 import os
@@ -62,10 +70,10 @@ import signal
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..engine.calibration import WaitCalibration
-from ..engine.estimate import Estimate, estimate_starts
+from ..engine.estimate import Estimate, WaitingFor, estimate_starts
 from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
 from ..engine.snapshot import copy_workload, snapshot
@@ -152,7 +160,10 @@ class Estimates:
     use_fork = True  # compute in a forked process (no GIL shared with the loop); else a thread
     events_per_refresh = 50  # workload events sent per refresh at most (the rest at the next one)
     cpu_share = 0.1  # of one core, at most, for the estimates (refreshes are spaced to keep to it)
-    loop_share = 0.01  # of the event loop's time, at most, for the snapshot and the fork
+    loop_share = 0.01  # of the event loop's time, at most, for a refresh (the fork, applying the result)
+    child_nice = 19  # the forked process's niceness: the server's threads win the cores
+    slice_seconds = 0.001  # s of the loop per slice of applying a result (then the loop serves others)
+    rows_per_chunk = 256  # estimates per pickled chunk of the forked process's result
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", checks: "RequestChecks",
                  costs: "Costs", events: "EventHub", log: logging.Logger, *, delegated: bool):
@@ -188,9 +199,12 @@ class Estimates:
         self._timer: Optional[asyncio.TimerHandle] = None
         self._executor: Optional[ThreadPoolExecutor] = None
         self.refreshes = 0  # completed refreshes (tests, metrics)
-        self.last_duration = 0.0  # s of the last forward run(s) on the worker
-        self._prepare_seconds = 0.0  # s of the last snapshot (and fork) on the event loop
+        self.last_duration = 0.0  # s of the last forward run(s) on the worker (wall clock)
+        self.last_cpu = 0.0  # CPU s of the last refresh's worker (the forked process or the thread)
+        self._prepare_seconds = 0.0  # s of the last refresh's start on the event loop (with the fork)
         self.fork_seconds = 0.0  # s the last fork held the event loop
+        self.apply_seconds = 0.0  # s of the loop, in slices, the last result took to apply
+        self._loop_seconds = 0.0  # s of the loop the last refresh took in all
 
     # -- inputs ------------------------------------------------------------------------------------
     def seed_history(self) -> int:
@@ -216,7 +230,11 @@ class Estimates:
         started, finished = rec.get("started_at") or rec.get("admitted_at"), rec.get("finished_at")
         if started is None or finished is None or finished < started:
             return
-        self._observations.append((wl if wl is not None else engine_workload(rec), finished - started))
+        wl = wl if wl is not None else engine_workload(rec)
+        if self._forking() and not self._observations:
+            self.model.observe(wl, finished - started)  # the loop owns the model (forked children copy it)
+        else:  # the worker thread owns it: fed at its next refresh
+            self._observations.append((wl, finished - started))
 
     # -- scheduling of refreshes ---------------------------------------------------------------------
     def changed(self) -> None:
@@ -240,16 +258,20 @@ class Estimates:
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._running or self._timer is not None:
             return  # the refresh under way (or due) will see the change: _done reschedules when dirty
-        # At most cpu_share of one core: a refresh that took 200 ms waits 2 s before the next
-        # (the worker competes with the event loop for the GIL; BENCHMARKS.md, "Estimated start
-        # times in the live service").
-        gap = max(self.min_interval, (self.last_duration + self._prepare_seconds) / self.cpu_share,
-                  self._prepare_seconds / self.loop_share)
+        # At most cpu_share of one core: a refresh that took 200 ms of CPU waits 2 s before the
+        # next (the worker's CPU time: a forked child at low priority may take longer on a busy
+        # machine); at most loop_share of the loop (BENCHMARKS.md, "Estimated start times in the
+        # live service").
+        gap = max(self.min_interval, (self.last_cpu + self._loop_seconds) / self.cpu_share,
+                  self._loop_seconds / self.loop_share)
         wait = self._last_start + gap - time.monotonic()
         if wait > 0:
             self._timer = loop.call_later(wait, self._start, loop)
         else:
             self._start(loop)
+
+    def _forking(self) -> bool:
+        return bool(self.use_fork) and hasattr(os, "fork")
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
@@ -258,58 +280,102 @@ class Estimates:
         self._dirty = False
         self._last_start = time.monotonic()
         self._version += 1
+        self._loop_seconds = 0.0
+        forked = self._forking()
         try:
             t0 = time.perf_counter()
-            job = self._prepare()
+            # Forked: only the bookkeeping of this process here (O(running)); the snapshot is
+            # taken in the child, from its copy-on-write copy of the Scheduler as of the fork.
+            plan = self._plan() if forked else None
+            job = None if forked else self._job(self._plan())
             self._prepare_seconds = time.perf_counter() - t0
         except Exception:  # pragma: no cover - the queue goes on without estimates
             self.log.exception("gpuqueue: could not prepare the start-time estimates")
             return
         self._running = True
-        if self.use_fork and hasattr(os, "fork"):
+        if forked:
             try:
                 t0 = time.perf_counter()
                 self._drain_observations()  # into the model the forked process copies
-                self._fork_compute(loop, job)
+                self._fork_compute(loop, plan)
                 # the fork pauses the loop (page tables copied): counted in the spacing of refreshes
                 self.fork_seconds = time.perf_counter() - t0
                 self._prepare_seconds += self.fork_seconds
+                self._loop_seconds = self._prepare_seconds
                 return
             except OSError:  # pragma: no cover - no fork here (limits): a thread instead
                 self.log.warning("gpuqueue: cannot fork for the estimates; using a thread", exc_info=True)
                 self.use_fork = False
+                job = self._job(plan)
+        self._loop_seconds = self._prepare_seconds
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="gpuqueue-estimates")
         fut = loop.run_in_executor(self._executor, self._compute, job)
-        fut.add_done_callback(lambda f: self._done(loop, f.result))
 
-    def _done(self, loop: asyncio.AbstractEventLoop, result: Callable[[], tuple]) -> None:
+        def computed(f) -> None:
+            try:
+                version, now, results, faster, duration, cpu = f.result()
+            except Exception:
+                self.log.exception("gpuqueue: start-time estimates failed")
+                self._done(loop)
+                return
+            self.last_duration, self.last_cpu = duration, cpu
+            self._apply_sliced(loop, self._publish_steps(version, now, results, faster))
+
+        fut.add_done_callback(computed)
+
+    def _done(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The refresh under way is over (published, dropped or failed): the next may start."""
         self._running = False
-        try:
-            version, now, results, faster, duration = result()
-        except Exception:
-            self.log.exception("gpuqueue: start-time estimates failed")
-        else:
-            self.last_duration = duration
-            self._publish(version, now, results, faster)
         if self._dirty and self.enabled and not loop.is_closed():
             self._schedule(loop)
 
-    def _fork_compute(self, loop: asyncio.AbstractEventLoop, job: dict) -> None:
-        """Compute in a forked copy of this process, which has the snapshot and the model as they
-        are now (copy-on-write; nothing is pickled but the result, read back through a pipe
-        without blocking the loop). A thread would share the GIL with the event loop: during a
-        refresh every request would wait for it (BENCHMARKS.md, "Estimated start times in the
-        live service"). The child closes every inherited descriptor but its pipe (it must not
-        hold the server's listening socket or the ledger), dies with this process
-        (PR_SET_PDEATHSIG) and ends with ``os._exit``."""
+    def _apply_sliced(self, loop: asyncio.AbstractEventLoop, steps: Iterator[None]) -> None:
+        """Run ``steps`` (a generator that yields between small pieces of work) on the loop in
+        slices of at most ``slice_seconds``, each in its own loop callback, so that requests and
+        events are served between them (as the scheduling cycles are: BENCHMARKS.md, "Where the
+        time goes", point 6); then :meth:`_done`."""
+
+        def step() -> None:
+            t0 = time.perf_counter()
+            end = t0 + self.slice_seconds
+            try:
+                for _ in steps:
+                    if time.perf_counter() >= end:
+                        self._loop_seconds += time.perf_counter() - t0
+                        if self.enabled and not loop.is_closed():
+                            loop.call_soon(step)
+                        else:
+                            self._running = False
+                        return
+            except Exception:
+                self.log.exception("gpuqueue: could not publish the start-time estimates")
+            self._loop_seconds += time.perf_counter() - t0
+            self.apply_seconds = self._loop_seconds - self._prepare_seconds
+            self._done(loop)
+
+        step()
+
+    def _fork_compute(self, loop: asyncio.AbstractEventLoop, plan: dict) -> None:
+        """Compute in a forked copy of this process, which has the Scheduler, the records and the
+        model as they are now (copy-on-write): the child takes the snapshot (:meth:`_job`), runs
+        the estimator at the lowest CPU priority (``child_nice``: on a busy machine the server
+        wins the cores) and writes the result back through a pipe (:func:`_encode_result`), which
+        the loop reads without blocking and applies in slices (:meth:`_decode_steps`). A thread
+        would share the GIL with the event loop: during a refresh every request would wait for it
+        (BENCHMARKS.md, "Estimated start times in the live service"). The child closes every
+        inherited descriptor but its pipe (it must not hold the server's listening socket or the
+        ledger), dies with this process (PR_SET_PDEATHSIG) and ends with ``os._exit``."""
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: compute, write, exit; never return into the server's code
             code = 1
             try:
-                _child_setup(w)
-                data = pickle.dumps(self._compute(job), protocol=pickle.HIGHEST_PROTOCOL)
+                _child_setup(w, self.child_nice)
+                cpu0 = time.process_time()
+                version, now, results, faster, duration, _ = self._compute(self._job(plan))
+                data = _encode_result(version, now, results, faster, duration, time.process_time() - cpu0,
+                                      self.rows_per_chunk)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(w, view):]
@@ -333,22 +399,37 @@ class Estimates:
             loop.remove_reader(r)
             os.close(r)
             _, status = os.waitpid(pid, 0)
-
-            def result() -> tuple:
-                if status != 0 or not chunks:
-                    raise RuntimeError(f"the estimates' process ended with status {status}")
-                return pickle.loads(b"".join(chunks))
-
-            self._done(loop, result)
+            if status != 0 or not chunks:
+                self.log.error("gpuqueue: start-time estimates failed: their process ended with status %s", status)
+                self._done(loop)
+                return
+            self._apply_sliced(loop, self._decode_steps(b"".join(chunks)))
 
         loop.add_reader(r, readable)
+
+    def _decode_steps(self, data: bytes) -> Iterator[None]:
+        """The forked computation's result (:func:`_encode_result`) decoded a chunk of rows at a
+        time, then published (:meth:`_publish_steps`); yields between pieces."""
+        f = io.BytesIO(data)
+        version, now, faster, duration, cpu, n_chunks = pickle.load(f)
+        self.last_duration, self.last_cpu = duration, cpu
+        if version <= self._published_version:
+            return  # an older snapshot than what is shown
+        results: dict[str, Estimate] = {}
+        for _ in range(n_chunks):
+            yield
+            for i, (key, row) in enumerate(pickle.load(f)):
+                results[key] = _decode_estimate(row)
+                if i % 32 == 31:
+                    yield
+        yield from self._publish_steps(version, now, results, faster)
 
     def refresh_now(self) -> None:
         """Compute and publish the estimates at once, on this thread (tests, tools without a loop)."""
         self._dirty = False
         self._version += 1
-        version, now, results, faster, duration = self._compute(self._prepare())
-        self.last_duration = duration
+        version, now, results, faster, duration, cpu = self._compute(self._job(self._plan()))
+        self.last_duration, self.last_cpu = duration, cpu
         self._publish(version, now, results, faster)
 
     def close(self) -> None:
@@ -361,12 +442,31 @@ class Estimates:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    # -- on the loop: what the worker needs ------------------------------------------------------------
-    def _prepare(self) -> dict:
-        """The snapshot and the inputs that live outside the engine, taken on the loop."""
+    # -- on the loop: what the refresh needs ------------------------------------------------------------
+    def _plan(self) -> dict:
+        """What the loop decides and records for a refresh (cheap: O(running), and O(pending) a
+        set lookup each when faster options may be due): the time, the admissions since the last
+        refresh, whether faster options are due."""
         now = self.conf.clock()
         sched = self.conf.scheduler
-        snap = snapshot(sched)
+        self._record_admissions(sched, now)
+        seen = self._faster_seen
+        since = time.monotonic() - self._last_faster
+        variants = False
+        if self.faster_options_limit and (since >= self.faster_options_interval or since >= 2.0):
+            pending = [k for k in sched.workloads if k not in sched.admitted]
+            if since >= self.faster_options_interval or any(k not in seen for k in pending):
+                # every faster_options_interval, and at once when new workloads wait
+                self._last_faster = time.monotonic()
+                self._faster_seen = set(pending)
+                variants = True
+        return {"version": self._version, "now": now, "variants": variants}
+
+    def _job(self, plan: dict) -> dict:
+        """The snapshot and the inputs that live outside the engine (in the forked child, or on
+        the loop for the thread and :meth:`refresh_now`)."""
+        now = plan["now"]
+        snap = snapshot(self.conf.scheduler)
         records, live = self.live.records, self.live
         holds: dict[str, Optional[float]] = {}
         hold_uids = self.costs.budget_holds
@@ -389,29 +489,23 @@ class Estimates:
             deadline = (rec.get("run") or {}).get("evictionDeadline")
             if deadline:
                 deadlines[key] = float(deadline)
-        pending = [k for k in snap.workloads if k not in snap.admitted]
-        self._record_admissions(snap, now)
         variants = None  # None: keep the faster options found before
-        seen = self._faster_seen
-        since = time.monotonic() - self._last_faster
-        due = self.faster_options_limit and (since >= self.faster_options_interval
-                                             or (since >= 2.0 and any(k not in seen for k in pending)))
-        if due:  # every faster_options_interval, and at once when new workloads wait
-            self._last_faster = time.monotonic()
-            variants = self._variants(snap, pending)
-            self._faster_seen = set(pending)
-        return {"version": self._version, "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
+        if plan["variants"]:
+            variants = self._variants(snap, [k for k in snap.workloads if k not in snap.admitted])
+        return {"version": plan["version"], "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
                 "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()}}
 
-    def _record_admissions(self, snap, now: float) -> None:
+    def _record_admissions(self, sched, now: float) -> None:
         """Admissions since the last refresh, per ClusterQueue (for the rate of the blend)."""
-        admitted = set(snap.admitted)
-        for key in admitted - self._prev_admitted:
-            cq = snap.admitted_cq.get(key)
-            at = snap.admit_time.get(key)
+        admitted = sched.admitted
+        for key in admitted:
+            if key in self._prev_admitted:
+                continue
+            cq = sched.admitted_cq.get(key)
+            at = sched.admit_time.get(key)
             if cq and at is not None:
                 bisect.insort(self._admissions.setdefault(cq, []), float(at))
-        self._prev_admitted = admitted
+        self._prev_admitted = set(admitted)
         horizon = now - 24 * 3600.0
         for ts in self._admissions.values():
             if ts and ts[0] < horizon:
@@ -430,7 +524,9 @@ class Estimates:
             self.calibration.observe(*cal_obs.popleft())
 
     def _compute(self, job: dict):
-        t0 = time.perf_counter()
+        """The forward run(s) of a refresh: ``(version, now, results, faster options or None,
+        wall seconds, CPU seconds of this thread)``."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         self._drain_observations()
         snap, now = job["snap"], job["now"]
         pending = len(snap.workloads) - len(snap.admitted)
@@ -439,7 +535,7 @@ class Estimates:
                                   exact_per_queue=exact, ranges=False)
         self._blend_and_range(snap, now, results, job["admissions"])
         if job["variants"] is None:
-            return job["version"], now, results, None, time.perf_counter() - t0
+            return job["version"], now, results, None, time.perf_counter() - t0, time.thread_time() - cpu0
         faster: dict[str, list[dict]] = {}
         budget = self.faster_options_limit
         give_up = time.perf_counter() + self.faster_options_seconds
@@ -460,7 +556,7 @@ class Estimates:
             found.sort(key=lambda o: (o["estimatedStartAt"], o["pricePerHourUsd"]))
             if found:
                 faster[key] = found[:3]
-        return job["version"], now, results, faster, time.perf_counter() - t0
+        return job["version"], now, results, faster, time.perf_counter() - t0, time.thread_time() - cpu0
 
     def _blend_and_range(self, snap, now: float, results: dict, admissions: dict) -> None:
         """Each estimate's point blended with its ClusterQueue's admission rate
@@ -566,7 +662,15 @@ class Estimates:
         return min((f.name for f in rg.flavors), key=lambda f: self.conf.prices.price(f))
 
     # -- publishing, on the loop -----------------------------------------------------------------------
-    def _publish(self, version: int, now: float, results: dict, faster: dict) -> None:
+    def _publish(self, version: int, now: float, results: dict, faster: Optional[dict]) -> None:
+        """Publish a refresh's result at once (:meth:`refresh_now`; the loop applies it in slices)."""
+        for _ in self._publish_steps(version, now, results, faster):
+            pass
+
+    def _publish_steps(self, version: int, now: float, results: dict, faster: Optional[dict]) -> Iterator[None]:
+        """Publish a refresh's result: the estimates are replaced at once (every view then shows
+        the new ones), then the first estimates are remembered (for the calibration) and the
+        workload events sent, yielding between small pieces of work (:meth:`_apply_sliced`)."""
         if version <= self._published_version:
             return  # an older snapshot than what is shown
         self._published_version = version
@@ -574,12 +678,15 @@ class Estimates:
             faster = {k: v for k, v in self.faster.items() if k in results}
         self.results, self.faster, self.computed_at = results, faster, now
         self.refreshes += 1
-        self._observe_starts(results, now)
+        yield
+        yield from self._observe_starts(results, now)
         # A workload event for each estimate that changed materially since the last one sent,
         # at most events_per_refresh (first estimates first); the others go at the next refresh.
         by_key, records, sent, sent_faster = self.live.by_key, self.live.records, self._sent, self._sent_faster
         due_first, due = [], []
-        for key, est in results.items():
+        for i, (key, est) in enumerate(results.items()):
+            if i % 256 == 255:
+                yield
             uid = by_key.get(key)
             rec = records.get(uid) if uid is not None else None
             if rec is None or rec["state"] != PENDING:
@@ -590,6 +697,10 @@ class Estimates:
             elif _material(old, est, now) or sent_faster.get(key, False) != (key in faster):
                 due.append((key, uid, est))
         for key, uid, est in (due_first + due)[:self.events_per_refresh]:
+            yield
+            rec = records.get(uid)
+            if rec is None or rec["state"] != PENDING or self.results is not results:
+                continue  # started meanwhile (its own event says so), or a newer result is shown
             sent[key] = est
             sent_faster[key] = key in faster
             self.events.emit_workload(uid)
@@ -598,11 +709,14 @@ class Estimates:
                 sent.pop(key, None)
                 sent_faster.pop(key, None)
 
-    def _observe_starts(self, results: dict, now: float) -> None:
+    def _observe_starts(self, results: dict, now: float) -> Iterator[None]:
         """Remember each workload's first estimate; when it has started, hand the pair (estimated
-        wait, actual wait) to the calibration (on the worker, at its next refresh)."""
+        wait, actual wait) to the calibration (on the worker, at its next refresh). Yields between
+        pieces of work."""
         first, records, by_key = self._first, self.live.records, self.live.by_key
-        for key, est in results.items():
+        for i, (key, est) in enumerate(results.items()):
+            if i % 256 == 255:
+                yield
             if est.start_at is not None and key not in first:
                 first[key] = (now, max(0.0, est.start_at - now), est.cq or "?")
         for key in [k for k in first if k not in results]:
@@ -694,11 +808,18 @@ class Estimates:
         return out
 
 
-def _child_setup(keep_fd: int) -> None:
+def _child_setup(keep_fd: int, nice: int = 0) -> None:
     """In the forked estimates process: no garbage collection (no finalizer of the server's
-    objects may run here), no signal wake-ups into the server's loop, default signal handling,
-    every inherited descriptor closed but ``keep_fd``, and death with the server."""
+    objects may run here; nor the copy-on-write of every object a collection would touch), no
+    signal wake-ups into the server's loop, default signal handling, every inherited descriptor
+    closed but ``keep_fd``, death with the server, and ``nice`` added to its niceness (the
+    server's threads win the CPU over it)."""
     gc.disable()
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # pragma: no cover - not allowed here: compute at the server's priority
+            pass
     try:
         signal.set_wakeup_fd(-1)
     except (ValueError, OSError):
@@ -716,6 +837,41 @@ def _child_setup(keep_fd: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
+
+
+_ESTIMATE_FIELDS = tuple(f.name for f in dataclasses.fields(Estimate))
+_WAITING_FOR_FIELDS = tuple(f.name for f in dataclasses.fields(WaitingFor))
+_WAITING_FOR_INDEX = _ESTIMATE_FIELDS.index("waiting_for")
+
+
+def _encode_result(version: int, now: float, results: dict, faster: Optional[dict], duration: float, cpu: float,
+                   rows_per_chunk: int) -> bytes:
+    """A refresh's result as the forked process writes it: one pickle of ``(version, now, faster,
+    duration, cpu, number of chunks)``, then the estimates as chunks of at most ``rows_per_chunk``
+    ``(key, row)`` pairs, a row being an :class:`Estimate`'s fields in order (its ``waiting_for``
+    as tuples): plain tuples unpickle about eight times faster than the dataclasses, and the loop
+    decodes one chunk at a time (:meth:`Estimates._decode_steps`)."""
+    items = list(results.items())
+    chunks = [items[i:i + rows_per_chunk] for i in range(0, len(items), rows_per_chunk)]
+    buf = io.BytesIO()  # pickles one after the other (each its own memo), read back by pickle.load
+    pickle.dump((version, now, faster, duration, cpu, len(chunks)), buf, protocol=pickle.HIGHEST_PROTOCOL)
+    for chunk in chunks:
+        pickle.dump([(key, _encode_estimate(est)) for key, est in chunk], buf, protocol=pickle.HIGHEST_PROTOCOL)
+    return buf.getvalue()
+
+
+def _encode_estimate(est: Estimate) -> tuple:
+    row = [getattr(est, name) for name in _ESTIMATE_FIELDS]
+    row[_WAITING_FOR_INDEX] = tuple(tuple(getattr(w, name) for name in _WAITING_FOR_FIELDS)
+                                    for w in est.waiting_for)
+    return tuple(row)
+
+
+def _decode_estimate(row: tuple) -> Estimate:
+    est = Estimate(*row)
+    if row[_WAITING_FOR_INDEX]:
+        est.waiting_for = tuple(WaitingFor(*w) for w in row[_WAITING_FOR_INDEX])
+    return est
 
 
 def _max_fd() -> int:
