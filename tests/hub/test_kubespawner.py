@@ -371,3 +371,23 @@ async def test_a_restored_server_has_its_lease_watched_from_its_first_poll(gpuqu
     assert restored.stopped and restored.gpuqueue_lease.done
     assert await restored.poll() == 0  # what the hub's next poll sees: the server is gone
 
+
+
+async def test_a_named_kubespawner_server_names_its_lease_and_cannot_go_on_without_its_gpu(
+        gpuqueue_env, cluster_file, gpuqueue_service):
+    """A lease names its server (``notebookServer.name``: the spawner's ``name``), in its own name
+    and in the spawn progress; a KubeSpawner pod cannot give its GPUs back while it runs, so its
+    lease says ``goesOnWithoutGpus: false`` and an idle release under ``onIdle: "release"`` stops
+    it (``idleAction`` "stop": tests/test_idle_reclaim.py)."""
+    from types import SimpleNamespace
+
+    sp = make_spawner(gpuqueue_env, cluster_file, "a100")
+    sp.orm_spawner = SimpleNamespace(name="exp2", server=None)  # JupyterHub's Spawner.name reads it
+    assert sp.name == "exp2"
+    await asyncio.wait_for(sp.run_pre_spawn_hook(), 30)
+    w = sp.gpuqueue_workload
+    assert w["notebookServer"] == {"name": "exp2", "goesOnWithoutGpus": False}
+    assert w["name"].startswith("notebook-exp2-")
+    assert sp.gpuqueue_lease.progress["message"].startswith("notebook server 'exp2': 1 × A100 admitted"), \
+        sp.gpuqueue_lease.progress
+    await sp._gpuqueue_release(sp.gpuqueue_lease, "test")
