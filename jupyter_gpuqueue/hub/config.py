@@ -131,7 +131,7 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
         help="""Seconds a lease whose server stopped is retried for release while the queue does
         not answer (at hub start the queue service starts after the spawners are checked; at hub
         shutdown it stops before them). The queue service also ends, when it starts, the leases
-        whose owners have no server left.""",
+        whose own server is gone. 0: tried once more, a second later.""",
     ).tag(config=True)
 
     gpuqueue_lease_watch_interval = Float(
@@ -152,9 +152,10 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
         (told to the queue with each lease: ``notebookServer.goesOnWithoutGpus``). True where the
         devices reach the server through its environment (LocalProcessSpawner, SystemdSpawner, …:
         its gpuqueue server extension then shuts down the kernels that held the GPUs and starts
-        new ones with none visible). A KubeSpawner pod cannot give an extended resource
-        (nvidia.com/gpu) back while it runs, so there the server stops instead. None (default):
-        False for a KubeSpawner, else True.""",
+        new ones with none visible; users' servers must run it in hub-client mode, as
+        jupyterhub_config/local/ does: without it, set this to False). A KubeSpawner pod cannot
+        give an extended resource (nvidia.com/gpu) back while it runs, so there the server stops
+        instead. None (default): False for a KubeSpawner, else True.""",
     ).tag(config=True)
 
     gpuqueue_config_files = List(

@@ -112,7 +112,7 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
       not take (the queue down: at hub shutdown JupyterHub stops its services before the users'
       servers; at hub start it checks the servers before starting them) is retried in the
       background (``gpuqueue_release_retry_seconds``); the queue service itself ends, at its
-      start, the leases whose owners have no server left (hub/reconcile.py).
+      start, the leases whose own server is gone (hub/reconcile.py).
     """
 
     gpuqueue_lease: Optional[HubLease] = None
@@ -346,7 +346,7 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         """Release ``lease`` in the background, retrying while the queue does not answer (for
         ``gpuqueue_release_retry_seconds``): at hub start the queue service starts after the
         spawners are checked. The queue service also ends, when it starts, the leases whose
-        owners have no server left (hub/reconcile.py)."""
+        own server is gone (hub/reconcile.py)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:

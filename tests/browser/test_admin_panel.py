@@ -277,7 +277,8 @@ async def test_admin_sets_a_teams_idle_policy_in_the_idle_tab(jp_fetch, started,
     """Issue 16, at the sidebar's default width: the Admin view's "Idle" tab has a card per team.
     A timeout below the minimum (5 min) is refused as typed (Apply disabled); a warning longer than
     a day is refused by the API with its reason under the Warning field and nothing is stored; a
-    valid policy is applied (REST API and audit log agree); "Turn off" stores it without a timeout."""
+    valid policy (the server going on without its GPUs when idle) is applied (REST API and audit log
+    agree); "Turn off" stores it without a timeout."""
     from playwright.async_api import async_playwright, expect
 
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
@@ -337,6 +338,10 @@ async def test_admin_sets_a_teams_idle_policy_in_the_idle_tab(jp_fetch, started,
             await expect(w_error).to_have_count(0)
             await keeps.fill("2")
             await util.fill("5")
+            # when idle, the server goes on without its GPUs (default: it stops)
+            on_idle = card.locator('select[data-idle-field="onIdle"]')
+            await expect(on_idle).to_have_value("stop")
+            await on_idle.select_option("release")
             await apply.click()
             await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text("Idle policy of team-a")
             await expect(card.locator("[data-idle-state]")).to_contain_text("on: 60 min")
@@ -344,7 +349,8 @@ async def test_admin_sets_a_teams_idle_policy_in_the_idle_tab(jp_fetch, started,
             view = await api(jp_fetch, "admin", "idle-policy")
             team_a = next(t for t in view["teams"] if t["namespace"] == "team-a")
             assert team_a["policy"] == {"idleTimeoutSeconds": 3600, "warnSeconds": 600, "maxKeeps": 2,
-                                        "utilizationBelowPercent": 5}, team_a
+                                        "utilizationBelowPercent": 5, "onIdle": "release"}, team_a
+            await expect(on_idle).to_have_value("release")
             assert team_a["stored"] and team_a["updatedBy"] == "alice"
             assert next(t for t in view["teams"] if t["namespace"] == "team-b")["policy"]["idleTimeoutSeconds"] is None
             await expect(timeout).to_have_value("60")

@@ -236,6 +236,7 @@ function TeamIdlePolicy(props: {
         ))}
         <label
           className="jp-gpuqueue-field jp-gpuqueue-idle-field"
+          style={{ gridColumn: '1 / -1' }}
           title="what the release does to the notebook server: stop it, or let it go on without its GPUs (its kernels are shut down; a KubeSpawner pod cannot give its GPUs back, so it stops)"
         >
           <span>When idle</span>
@@ -243,6 +244,7 @@ function TeamIdlePolicy(props: {
             className={`jp-mod-styled jp-gpuqueue-admin-input ${draft.onIdle !== original.onIdle ? 'jp-mod-dirty' : ''}`}
             data-idle-field="onIdle"
             aria-label={`When idle, for ${team.namespace}`}
+            style={{ width: '100%' }}
             value={draft.onIdle}
             onChange={e => {
               const value = e.target.value;
