@@ -161,6 +161,12 @@ async def test_idle_warning_counts_down_and_keep_my_gpu_resets_the_clock(
                     re.compile(r"Your GPU was released after \d+ min idle; this server goes on without it"),
                     timeout=20000)
                 await expect(toast2).to_contain_text("Restart the server to ask for a GPU again.")
+                # the panel's card names the lease's server
+                panel = page.locator("#jp-gpuqueue-panel")
+                if not await panel.is_visible():
+                    await page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]').click()
+                card = panel.locator('.jp-gpuqueue-job[data-gpuqueue-job="team-a/nb-exp2"]')
+                await expect(card.locator(".jp-gpuqueue-job-meta")).to_contain_text("notebook server 'exp2'")
                 assert not errors, errors
             finally:
                 await browser.close()
