@@ -218,15 +218,27 @@ def _wait_for(hub: Hub, ready, deadline: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def _stop_all_servers(hub: Hub, timeout: float) -> None:
+    """Ask the hub to stop every user's servers (default and named) at once, then wait for all of
+    them together, at most ``timeout`` seconds (one after the other, a teardown took 20-40 s)."""
+    def live() -> list[tuple[str, str]]:
+        users = hub.api("GET", "users", timeout=5).json()
+        return [(u["name"], name) for u in users for name in (u.get("servers") or {})]
+
+    for user, name in live():
+        path = f"users/{user}/servers/{name}" if name else f"users/{user}/server"
+        hub.api("DELETE", path, timeout=5)
+    deadline = time.monotonic() + timeout
+    while live() and time.monotonic() < deadline:
+        time.sleep(0.25)
+
+
 def stop_hub(hub: Hub, timeout: float = 20.0) -> None:
     """Stop user servers, then the hub (SIGTERM: it stops its service and proxy), then SIGKILL
     whatever is left in its process group and the proxy (from its pid file)."""
     if hub.proc.poll() is None:
         try:
-            users = hub.api("GET", "users", timeout=5).json()
-            for u in users:
-                if (u.get("servers") or {}).get(""):
-                    hub.stop_server(u["name"], timeout=10)
+            _stop_all_servers(hub, timeout=10)
         except (requests.RequestException, ValueError):
             pass
         hub.proc.send_signal(signal.SIGTERM)
