@@ -481,6 +481,9 @@ def _report(fz: Fuzzed) -> str:
     return "\n".join(lines)
 
 
+# pytest-timeout's 300 s default would fire inside hypothesis, which reports it as a flaky failure
+# of whatever operation was running: a loaded machine gets a clear timeout of its own instead
+@pytest.mark.timeout(900)
 def test_every_response_matches_the_document(fuzzed):
     schema = _schema(fuzzed)
     assert len(fuzzed.held) >= 5, fuzzed.workloads  # the seed holds team-b's submissions
