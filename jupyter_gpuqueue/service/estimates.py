@@ -196,7 +196,7 @@ class Estimates:
         self._running = False
         self._dirty = True
         self._last_start = -math.inf
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer: Optional[asyncio.Handle] = None
         self._executor: Optional[ThreadPoolExecutor] = None
         self.refreshes = 0  # completed refreshes (tests, metrics)
         self.last_duration = 0.0  # s of the last forward run(s) on the worker (wall clock)
@@ -265,10 +265,8 @@ class Estimates:
         gap = max(self.min_interval, (self.last_cpu + self._loop_seconds) / self.cpu_share,
                   self._loop_seconds / self.loop_share)
         wait = self._last_start + gap - time.monotonic()
-        if wait > 0:
-            self._timer = loop.call_later(wait, self._start, loop)
-        else:
-            self._start(loop)
+        # The fork in a loop callback of its own, never added to the callback that asked (a tick)
+        self._timer = loop.call_later(wait, self._start, loop) if wait > 0 else loop.call_soon(self._start, loop)
 
     def _forking(self) -> bool:
         return bool(self.use_fork) and hasattr(os, "fork")
