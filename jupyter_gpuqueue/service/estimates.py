@@ -258,12 +258,14 @@ class Estimates:
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._running or self._timer is not None:
             return  # the refresh under way (or due) will see the change: _done reschedules when dirty
-        # At most cpu_share of one core: a refresh that took 200 ms of CPU waits 2 s before the
-        # next (the worker's CPU time: a forked child at low priority may take longer on a busy
-        # machine); at most loop_share of the loop (BENCHMARKS.md, "Estimated start times in the
-        # live service").
-        gap = max(self.min_interval, (self.last_cpu + self._loop_seconds) / self.cpu_share,
-                  self._loop_seconds / self.loop_share)
+        # At most cpu_share of one core: a refresh that took 200 ms waits 2 s before the next; at
+        # most loop_share of the loop (BENCHMARKS.md, "Estimated start times in the live
+        # service"). By wall-clock time, up to refresh_interval: on a busy machine the forked
+        # child (at low priority) takes longer, and refreshes (and the workload events they send)
+        # come less often; the worker's CPU time bounds it beyond that.
+        loop_s = self._loop_seconds
+        gap = max(self.min_interval, loop_s / self.loop_share, (self.last_cpu + loop_s) / self.cpu_share,
+                  min((self.last_duration + loop_s) / self.cpu_share, self.refresh_interval))
         wait = self._last_start + gap - time.monotonic()
         # The fork in a loop callback of its own, never added to the callback that asked (a tick)
         self._timer = loop.call_later(wait, self._start, loop) if wait > 0 else loop.call_soon(self._start, loop)
