@@ -9,8 +9,9 @@ run times), computed here:
 - **When.** After a change (:meth:`Estimates.changed`: the loop calls it when a tick scheduled,
   and on submissions, ends, preemptions, configuration and budget changes, which all wake the
   loop), debounced: at most once every ``min_interval`` seconds (1 s) and so that the estimates
-  take at most ``cpu_share`` (10 %) of a core (a refresh that took 200 ms of CPU waits 2 s) and
-  ``loop_share`` (1 %) of the event loop (the fork and the slices that apply the result), and at
+  take at most ``cpu_share`` (10 %) of a core (a refresh that took 200 ms waits 2 s: by wall-clock
+  time up to ``refresh_interval``, by CPU time beyond) and ``loop_share`` (1 %) of the event loop
+  (the fork and the slices that apply the result), and at
   least every ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job
   that has outlived its history is expected to run longer).
 - **Where.** In a forked copy of the process (``use_fork``, Linux): the fork is the event loop's
