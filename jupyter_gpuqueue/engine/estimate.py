@@ -42,6 +42,10 @@ How
    from the estimator's past errors instead (:mod:`.calibration`, ``ranges=False`` here).
 7. ``also_started=True``: the forward run also reports every other pending workload it admitted
    before it stopped (``start_at``, ``cq``), free, for the calibration to learn from.
+8. ``draws=N`` (default 1): the point is the median start of N forward runs, each with its own
+   draw of every workload's quantile (the median of the predictive distribution is the point
+   that minimises the expected absolute error). N times the cost; on the Philly trace it did not
+   help (BENCHMARKS.md: the draws average out over the many workloads ahead, as in 6).
 
 Holds and reasons (no estimate: ``start_at`` None, ``reason`` set)
 -----------------------------------------------------------------
@@ -85,6 +89,7 @@ RUNNING = "running"
 PENDING = "pending"
 
 _POINT, _LOW, _HIGH = 0, 1, 2
+_DRAW0 = 3  # the further draws of ``draws``: 3, 4, ...
 _END, _RETURN = 0, 1  # event kinds: a run ends / a held workload comes back
 
 
@@ -148,6 +153,7 @@ def estimate_starts(
     sampled: bool = True,
     exact_per_queue: Optional[int] = None,
     also_started: bool = False,
+    draws: int = 1,
 ) -> dict[str, Estimate]:
     """Estimate when each pending workload of ``state`` starts (see the module docstring).
 
@@ -162,7 +168,10 @@ def estimate_starts(
     queues). ``also_started``: also return an :class:`Estimate` (``start_at``, ``cq``; no range, no
     ``waiting_for``) for every *other* workload pending now that the forward run admitted before
     it stopped — free, since the run simulates them anyway (what :mod:`.calibration` learns from).
-    Returns key → :class:`Estimate`."""
+    ``draws``: with a quantile model, the point is the median start of ``draws`` forward runs,
+    each with its own independent draw of every workload's run-time quantile (1, the default: one
+    run; the median of the predictive distribution is what minimises the absolute error, see the
+    module docstring, 8). Returns key → :class:`Estimate`."""
     holds = dict(holds or {})
     deadlines = deadlines or {}
     wanted = list(keys) if keys is not None else _pending_keys(state)
@@ -191,6 +200,10 @@ def estimate_starts(
     end_time = now + horizon if horizon is not None and math.isfinite(horizon) else math.inf
     point = _forward(state, now, preds, _POINT, holds, deadlines, todo, end_time, max_waiting_for, compress,
                      also_started)
+    if draws > 1 and preds.quantile is not None:
+        extra = [_forward(state, now, preds, _DRAW0 + i, holds, deadlines, todo, end_time, 0, compress)
+                 for i in range(int(draws) - 1)]
+        point.starts = _median_starts(point, extra, todo)
     low = high = None
     if ranges:
         low = _forward(state, now, preds, _LOW, holds, deadlines, todo, end_time, 0, compress)
@@ -224,6 +237,20 @@ def estimate_starts(
         for k, (t, cq) in point.others.items():
             if k not in out:
                 out[k] = Estimate(start_at=t, early=t, late=t, cq=cq)
+    return out
+
+
+def _median_starts(point: _Run, extra: list[_Run], todo: set[str]) -> dict[str, float]:
+    """Per workload of ``todo``, the median of its starts in ``point`` and ``extra`` (a run that
+    did not start it counts as later than any start; the lower median of an even count; none when
+    that median is such a run)."""
+    out: dict[str, float] = {}
+    runs = [point] + extra
+    for k in todo:
+        xs = sorted(r.starts.get(k, math.inf) for r in runs)
+        m = xs[(len(xs) - 1) // 2]
+        if m != math.inf:
+            out[k] = m
     return out
 
 
@@ -315,10 +342,7 @@ class _Predictions:
             return hit
         state = self.state
         wl = state.workloads[k]
-        elapsed = 0.0
-        if k in state.admitted:
-            start = state.admit_time.get(k)
-            elapsed = max(0.0, self.now - start) if start is not None else 0.0
+        elapsed = self._elapsed(k)
         q = self.quantile
         if q is not None:
             out = (q(wl, elapsed, _unit(0, k)), q(wl, elapsed, _unit(1, k)), q(wl, elapsed, _unit(2, k)))
@@ -327,6 +351,23 @@ class _Predictions:
             out = (p.point, p.low, p.high)
         self.cache[k] = out
         return out
+
+    def _elapsed(self, k: str) -> float:
+        state = self.state
+        if k in state.admitted:
+            start = state.admit_time.get(k)
+            return max(0.0, self.now - start) if start is not None else 0.0
+        return 0.0
+
+    def get(self, k: str, which: int) -> float:
+        """Run time of ``k`` in run ``which``: point, low, high (0-2), or a further draw (3, ...)."""
+        if which < _DRAW0 or self.quantile is None:
+            return self[k][min(which, _HIGH)]
+        ck = (k, which)
+        hit = self.cache.get(ck)
+        if hit is None:
+            hit = self.cache[ck] = self.quantile(self.state.workloads[k], self._elapsed(k), _unit(which, k))
+        return hit
 
 
 def _forward(
@@ -415,7 +456,7 @@ class _Forward:
 
     def runtime(self, key: str) -> float:
         wl = self.s.workloads[key]
-        t = self.preds[key][self.which]
+        t = self.preds.get(key, self.which)
         mx = wl.maximum_execution_time_seconds
         if mx:
             t = min(t, float(mx))

@@ -246,7 +246,10 @@ class HistoryRuntime:
     times a key needs before it answers; ``window``: run times kept per key (the most recent);
     ``fallback``: the model when no key answers (default :class:`DeclaredRuntime`);
     ``min_samples_for``: key → the run times that key needs (default ``min_samples`` for all), e.g.
-    fewer for a very specific key whose runs are alike."""
+    fewer for a very specific key whose runs are alike; ``sibling_floor``: a pending workload whose
+    most specific key has too few finished runs but running ones answers from the broader keys
+    conditioned on running at least as long as the longest of those has so far (off by default: on
+    the Philly trace it changed the median error by less than its noise, BENCHMARKS.md)."""
 
     def __init__(
         self,
@@ -258,6 +261,7 @@ class HistoryRuntime:
         fallback: Optional[RuntimeModel] = None,
         point: str = "mean",
         min_samples_for: Optional[Callable[[Hashable], int]] = None,
+        sibling_floor: bool = False,
     ):
         if point not in ("mean", "quantile"):
             raise ValueError("point must be 'mean' or 'quantile'")
@@ -272,6 +276,8 @@ class HistoryRuntime:
         self.fallback = fallback or DeclaredRuntime()
         self._samples: dict[Hashable, _Samples] = {}
         self.observed = 0
+        self.sibling_floor = sibling_floor
+        self._running_max: dict[Hashable, float] = {}
 
     def observe(self, wl: Workload, runtime: float) -> None:
         """Record a finished run of ``wl`` that lasted ``runtime`` seconds."""
@@ -302,6 +308,8 @@ class HistoryRuntime:
         for wl, elapsed in running:
             for k in self.keys(wl):
                 by_key.setdefault(k, []).append(float(elapsed))
+        if self.sibling_floor:
+            self._running_max = {k: max(v) for k, v in by_key.items()}
         for k, s in self._samples.items():
             cs = by_key.get(k)
             new = sorted(cs) if cs else []
@@ -339,7 +347,18 @@ class HistoryRuntime:
 
 
     def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
-        for k in self.keys(wl):
+        keys = self.keys(wl)
+        if self.sibling_floor and elapsed <= 0 and keys:
+            # A pending workload whose most specific key has too few finished runs but running
+            # ones: it runs at least as long as the longest of them has so far.
+            k0 = keys[0]
+            floor = self._running_max.get(k0, 0.0)
+            if floor > 0 and self.samples(k0) < self._need(k0):
+                return self._quantile_keys(wl, keys[1:], floor, u)
+        return self._quantile_keys(wl, keys, elapsed, u)
+
+    def _quantile_keys(self, wl: Workload, keys, elapsed: float, u: float) -> float:
+        for k in keys:
             need = self._need(k)
             s = self._samples.get(k)
             if s is None or len(s.sorted) < need:

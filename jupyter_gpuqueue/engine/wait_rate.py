@@ -10,6 +10,8 @@
   :data:`RATE_BLEND` (0.2). On the Philly trace this cut the median error at submission from 9.7
   to 8.2 min (BENCHMARKS.md, "Estimated start times"): the simulation's error is mostly a bias of
   its run-time predictions that lasts, and the observed rate pulls against it.
+* :func:`recent_wait`: the median wait of the workloads of the ClusterQueue (and shape) that
+  started lately: measured as a third estimate to blend, not used (it did not help).
 
 Seconds everywhere; no I/O, no clock, no threads.
 """
@@ -40,10 +42,32 @@ def rate_wait(position: int, admissions: Sequence[float], now: float, min_admiss
     return None
 
 
+def recent_wait(starts: Sequence[float], waits: Sequence[float], now: float, windows: Sequence[float] = RATE_WINDOWS,
+                min_count: int = 1, elapsed: float = 0.0) -> Optional[float]:
+    """"What did workloads like this one wait lately": the median wait (s) of the workloads that
+    started in the last hour before ``now`` (else 6 h, 24 h, everything before: the first window
+    with at least ``min_count``). ``starts``: their start times, ascending; ``waits``: their waits
+    (start − submission, s), in the same order. Only starts strictly before ``now`` count (the
+    past). None when none has enough. A third estimate that errs unlike the simulation (it ignores
+    the queue ahead) and unlike the rate (it ignores the position); blended into the point on the
+    Philly trace it did not help (BENCHMARKS.md, "Estimated start times"), so only ``replay --eta``'s
+    details record it. ``elapsed``: the workload has
+    already waited that long: only the waits longer than it count, and the result is the time
+    still to wait (their median − ``elapsed``)."""
+    hi = bisect.bisect_left(starts, now)
+    for w in tuple(windows) + (None,):
+        lo = 0 if w is None else bisect.bisect_left(starts, now - w)
+        xs = sorted(x for x in waits[lo:hi] if x > elapsed) if elapsed > 0 else sorted(waits[lo:hi])
+        n = len(xs)
+        if n >= max(1, min_count):
+            return (xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])) - elapsed
+    return None
+
+
 def blend_waits(model_wait: float, rate_wait_s: float, w: float = RATE_BLEND, offset: float = OFFSET_S) -> float:
     """Geometric blend of two waits (s): ``model^(1-w) · rate^w``, each + ``offset``, then − it."""
     a, b = math.log(max(0.0, model_wait) + offset), math.log(max(0.0, rate_wait_s) + offset)
     return max(0.0, math.exp((1.0 - w) * a + w * b) - offset)
 
 
-__all__ = ["OFFSET_S", "RATE_BLEND", "RATE_WINDOWS", "blend_waits", "rate_wait"]
+__all__ = ["OFFSET_S", "RATE_BLEND", "RATE_WINDOWS", "blend_waits", "rate_wait", "recent_wait"]

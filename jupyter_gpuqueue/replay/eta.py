@@ -44,6 +44,11 @@ The model's estimate (``history`` and ``declared``; ``EtaOptions.calibrate``, on
 Sampling (``--eta-sample K``): every K-th waiting job, in submission order (1: all). Coverage and
 errors count the sampled jobs only; the block says ``"sampled": K``.
 
+Measured and not used by default (BENCHMARKS.md, "What was tried"): ``draws`` (the median of
+several forward runs), ``sibling_floor``, and the recent waits of similar jobs (``details``
+records them per estimate: ``recentCqGpus``, ``recentCq``, and ``…All`` with the jobs that did not
+wait; :func:`~jupyter_gpuqueue.engine.wait_rate.recent_wait`).
+
 The block, ``report["eta"]``::
 
     {"runtimeModel", "sampled", "jobsWaited", "jobsSampled", "coverage", "medianAbsErrorSeconds",
@@ -68,7 +73,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..engine.wait_rate import RATE_WINDOWS, blend_waits, rate_wait
+from ..engine.wait_rate import RATE_WINDOWS, blend_waits, rate_wait, recent_wait
 from ..engine.calibration import WaitCalibration
 from ..engine.estimate import estimate_starts
 from ..engine.model import GPU, Inventory, Workload
@@ -103,6 +108,10 @@ class EtaOptions:
     calibrate: bool = True  # the range from the model's past errors (engine/calibration.py)
     calibration: Optional[dict] = None  # WaitCalibration keyword arguments
     rate_blend: float = 0.2  # the point: simulated wait^(1-w) x rate baseline's wait^w (0: simulation only)
+    draws: int = 1  # forward runs per estimate point, the point their median start (estimate_starts' draws)
+    # sibling_floor: HistoryRuntime(sibling_floor=True), a pending job whose burst has too few
+    # finished runs runs at least as long as its longest-running sibling has so far.
+    sibling_floor: bool = False
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -231,6 +240,7 @@ def eta_report(
     for v in admissions.values():
         v.sort()
     runtimes = {j.key: j.run_time for j in first.jobs.values()}
+    recent = _recent_index(first)
 
     jobs = build_jobs(trace, rc, max_gpus_per_pod=options.max_gpus_per_pod, source=source)
     if eta.bursts:
@@ -240,8 +250,10 @@ def eta_report(
     sched = sim.scheduler
     model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window,
                        eta.burst_min_samples)
+    if eta.sibling_floor and isinstance(model, HistoryRuntime):
+        model.sibling_floor = True
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
-    learn = isinstance(model, HistoryRuntime)
+    learn = callable(getattr(model, "observe", None))  # a model that learns from finished runs
     fed = 0
     ours, rate, orc, raw = _Tally(), _Tally(), _Tally(), _Tally()
     # Calibration (engine/calibration.py): the first estimate the model made of every waiting
@@ -282,7 +294,11 @@ def eta_report(
         # where it is scored (at submission).
         ranges = not calibrate and any(g[3] == "submission" for g in group)
         est = estimate_starts(sched, t, model, keys=keys, horizon=eta.horizon, compress=eta.compress,
-                              ranges=ranges, also_started=calibrate)
+                              ranges=ranges, also_started=calibrate, draws=eta.draws)
+        est1 = est
+        if eta.details and eta.draws > 1:
+            est1 = estimate_starts(sched, t, model, keys=keys, horizon=eta.horizon, compress=eta.compress,
+                                   ranges=False)
         if calibrate:
             for k, e in est.items():
                 if e.start_at is None or k in first_est or k not in starts_of:
@@ -323,7 +339,10 @@ def eta_report(
                 details.append({"key": key, "point": point, "t": t, "actual": act, "model": m_est,
                                 "early": m_rng[0] if m_rng else None, "late": m_rng[1] if m_rng else None,
                                 "raw": e.start_at if e else None, "oracle": eo.start_at if eo else None,
-                                "rate": r_est, "cq": _cal_key(sched, key)})
+                                "rate": r_est, "cq": _cal_key(sched, key),
+                                "raw1": est1[key].start_at if key in est1 else None,
+                                "submit": sim.jobs[key].submit_time,
+                                **_recent_estimates(recent, sched, sim.jobs[key], t)})
     n = len(sampled)
     block = {"runtimeModel": eta.runtime_model, "sampled": K, "jobsWaited": len(waited),
              "jobsNeverAdmitted": len(never_admitted), "jobsSampled": n}
@@ -348,6 +367,43 @@ def eta_report(
     block["wallTimeS"] = {"total": round(time.perf_counter() - t0, 3), "estimator": round(t_est, 3),
                           "oracle": round(t_oracle, 3), "estimatePoints": len({p[0] for p in points})}
     return block
+
+
+def _recent_index(first: Simulator) -> dict[tuple, tuple[list[float], list[float], list[float]]]:
+    """From pass 1, per (ClusterQueue, GPUs) and per ClusterQueue: the first admissions' start
+    times (ascending), their waits, and the waits of those that waited (with their starts)."""
+    rows: dict[tuple, list[tuple[float, float]]] = {}
+    for j in first.jobs.values():
+        if j.first_admit_time is None or not j.runs:
+            continue
+        cq = j.runs[0].cluster_queue
+        gpus = j.workload.total_requests().get(GPU, 0)
+        w = j.first_admit_time - j.submit_time
+        for k in (("cq-gpus", cq, gpus), ("cq", cq)):
+            rows.setdefault(k, []).append((j.first_admit_time, w))
+    out = {}
+    for k, v in rows.items():
+        v.sort()
+        out[k] = ([a for a, _ in v], [w for _, w in v])
+        pos = [(a, w) for a, w in v if w > 0]
+        out[k + ("waited",)] = ([a for a, _ in pos], [w for _, w in pos])
+    return out
+
+
+def _recent_estimates(recent, sched, job, t: float) -> dict:
+    wl = sched.workloads.get(job.key)
+    if wl is None:
+        return {}
+    cq = sched.cluster_queue_name(wl)
+    gpus = wl.total_requests().get(GPU, 0)
+    el = max(0.0, t - job.submit_time)
+    out = {}
+    for name, k in (("recentCqGpus", ("cq-gpus", cq, gpus, "waited")), ("recentCq", ("cq", cq, "waited")),
+                    ("recentCqGpusAll", ("cq-gpus", cq, gpus)), ("recentCqAll", ("cq", cq))):
+        v = recent.get(k)
+        w = recent_wait(v[0], v[1], t, elapsed=el) if v else None
+        out[name] = None if w is None else t + w
+    return out
 
 
 def _blend(model_wait: float, rate_wait_s: float, w: float, offset: float = 60.0) -> float:

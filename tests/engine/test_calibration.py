@@ -97,3 +97,18 @@ def test_arguments_are_checked():
         WaitCalibration(offset_s=0)
     with pytest.raises(ValueError):
         WaitCalibration(similar=0.5)
+
+
+def test_recent_wait_is_the_median_wait_of_the_recent_starts_past_only():
+    from jupyter_gpuqueue.engine.wait_rate import recent_wait
+
+    starts = [100.0, 4000.0, 5000.0, 6000.0, 7000.0]
+    waits = [9000.0, 60.0, 600.0, 1200.0, 50000.0]
+    # the last hour before 7,000 s: the starts at 4,000, 5,000, 6,000 (7,000 is not past yet)
+    assert recent_wait(starts, waits, 7000.0) == 600.0
+    # an hour with none: the first longer window that has some (6 h: all five)
+    assert recent_wait(starts, waits, 7000.0 + 3 * 3600.0) == 1200.0
+    assert recent_wait(starts, waits, 100.0) is None  # nothing started before
+    assert recent_wait(starts, waits, 200.0) == 9000.0
+    # a workload that has already waited 300 s: only the longer waits, and the time still to wait
+    assert recent_wait(starts, waits, 7000.0, elapsed=300.0) == (600.0 + 1200.0) / 2 - 300.0

@@ -281,3 +281,48 @@ def test_also_started_returns_the_other_pending_workloads_the_run_admitted():
     assert set(est) == {key("a", "p1"), key("a", "p2")}
     assert est[key("a", "p1")].start_at == 30.0 and est[key("a", "p1")].cq == "a"
     assert est[key("a", "p2")].start_at == 50.0
+
+
+def test_draws_point_is_the_median_of_the_predictive_distribution():
+    # One job running (just started), one waiting for its GPU. The running job's run time: one of
+    # 100, 200, ..., 10,000 s, equally likely. One draw puts the start at the run time of the
+    # running job's own quantile (anywhere); the median of many draws at the distribution's
+    # median, 5,050 s: the point that minimises the expected absolute error.
+    s = sched_of(make_cq("a", [("a100", 1)]))
+    run_at(s, 0.0, wl("a", "running", 1, t=0))
+    run_at(s, 0.0, wl("a", "wait", 1, t=0))
+    m = HistoryRuntime(lambda w: (("all",),), min_samples=1)
+    for i in range(1, 101):
+        m.observe(wl("a", f"old{i}", 1), 100.0 * i)
+    one = estimate_starts(s, 0.0, m, ranges=False)[key("a", "wait")].start_at
+    many = estimate_starts(s, 0.0, m, ranges=False, draws=41)[key("a", "wait")]
+    assert abs(many.start_at - 5050.0) <= 800.0
+    assert abs(one - 5050.0) > 800.0  # its own draw (quantile 0.17 of its key) is far from it
+    assert many.early == many.late == many.start_at
+    # draws=1 is the single run; a model without quantiles ignores draws
+    assert estimate_starts(s, 0.0, m, ranges=False, draws=1)[key("a", "wait")].start_at == one
+    d = DeclaredRuntime(300.0)
+    assert estimate_starts(s, 0.0, d, ranges=False, draws=5)[key("a", "wait")].start_at == 300.0
+
+
+def test_history_sibling_floor_a_pending_job_runs_at_least_as_long_as_its_running_siblings():
+    # A sweep with no finished run yet: its jobs answer from the broader key. Two of them have
+    # been running 50 and 70 s: the third, pending, is expected to run longer than 70 s.
+    def keys(w):
+        return (("burst", w.labels.get("burst")), ("all",)) if w.labels.get("burst") else (("all",),)
+
+    def member(name):
+        w = wl("a", name, 1)
+        w.labels = {"burst": "b1"}
+        return w
+
+    for floor, want in ((False, 60.0), (True, 90.0)):  # without: the Kaplan-Meier median of all
+        m = HistoryRuntime(keys, min_samples_for=lambda k: 5 if k[0] == "burst" else 1, sibling_floor=floor)
+        for r in range(10, 101, 10):
+            m.observe(wl("a", f"old{r}", 1), float(r))
+        m.set_running([(member("s1"), 50.0), (member("s2"), 70.0)])
+        assert m.quantile(member("s3"), 0.0, 0.5) == want
+    # once the sweep has enough finished runs of its own, they answer (with the running ones censored)
+    for r in (200.0, 210.0, 220.0, 230.0, 240.0):
+        m.observe(member("done"), r)
+    assert m.quantile(member("s3"), 0.0, 0.5) == 220.0
