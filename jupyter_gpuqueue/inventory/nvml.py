@@ -153,36 +153,8 @@ def utilization_rates(uuids, nvml: Any = None) -> dict[str, float]:
     without NVML the answer is ``{}``: a utilization is never invented. ``nvml``: the ``pynvml``
     module (default) or an object with nvmlInit, nvmlShutdown, nvmlDeviceGetHandleByUUID and
     nvmlDeviceGetUtilizationRates. Never raises."""
-    uuids = [u for u in dict.fromkeys(uuids) if u]
-    if not uuids:
-        return {}
-    if nvml is None:
-        try:
-            import pynvml as nvml  # nvidia-ml-py
-        except ImportError:
-            return {}
-    try:
-        nvml.nvmlInit()
-    except Exception as e:
-        log.debug("NVML utilization: nvmlInit failed: %s", e)
-        return {}
-    out: dict[str, float] = {}
-    try:
-        for uuid in uuids:
-            try:
-                h = nvml.nvmlDeviceGetHandleByUUID(uuid.encode() if isinstance(uuid, str) else uuid)
-                rate = float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            except Exception as e:  # NOT_SUPPORTED (MIG), NOT_FOUND, GPU_IS_LOST
-                log.debug("NVML utilization of %s: %s", uuid, e)
-                continue
-            if 0.0 <= rate <= 100.0:
-                out[uuid] = rate
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:
-            pass
-    return out
+    samples = gpu_samples(uuids, nvml)
+    return {uuid: s.percent for uuid, s in samples.items() if s.percent is not None}
 
 
 class DeviceSample(NamedTuple):
