@@ -119,10 +119,13 @@ async def set_sidebar_width(page, width: int) -> None:
 
 
 async def use_theme(page, name: str, light: bool) -> None:
-    """Switch JupyterLab's theme from the command palette, as a user would."""
+    """Switch JupyterLab's theme from the command palette, as a user would. The focus leaves any
+    field first: with a text field of the panel focused the shortcut did not open the palette,
+    and the fill waited its whole 30 s for an input that never showed."""
+    await page.evaluate("() => document.activeElement && document.activeElement.blur()")
     await page.keyboard.press("Control+Shift+C")
     palette = page.locator("#command-palette")
-    await palette.locator("input").fill(name)
+    await palette.locator("input").fill(name, timeout=5000)
     await palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first.click()
     await page.locator(f'body[data-jp-theme-light="{"true" if light else "false"}"]').wait_for(state="attached")
     await page.wait_for_timeout(500)  # the theme's CSS variables settle
