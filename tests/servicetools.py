@@ -5,6 +5,7 @@
 new service on the same files and the same ledger (SQLite in ``tmp_path``, or ``db_url``; calling it
 again is a restart).
 ``stop_jobs(services)`` ends the local processes the services still run (test teardown).
+``tick_until(svc, pred)`` runs the service's cycle until ``pred()`` holds.
 """
 
 from __future__ import annotations
@@ -53,3 +54,15 @@ def stop_jobs(services: Iterable[QueueService], grace: float = 0.0, wait: float 
         while svc.backend.running() and time.time() < deadline:
             svc.backend.poll()
             time.sleep(0.05)
+
+
+def tick_until(svc: QueueService, pred: Callable[[], Any], timeout: float = 20.0) -> None:
+    """Run ``svc.tick()`` every 50 ms until ``pred()`` is true; AssertionError after ``timeout``
+    seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        svc.tick()
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")

@@ -13,11 +13,12 @@ SQLite ledger, the Jupyter server's REST API.
 from __future__ import annotations
 
 import sys
-import time
 
 import pynvml
 import pytest
 from test_rest import call, check_schema, ok, openapi_doc, wait_for_state  # noqa: F401 (fixtures)
+
+from servicetools import tick_until
 
 from jupyter_gpuqueue.inventory.nvml import DeviceSample, gpu_samples
 
@@ -149,16 +150,6 @@ def service(tmp_path):
     yield svc
     stop_jobs([svc], grace=0.0)
     svc.ledger.close()
-
-
-def tick_until(svc, pred, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        svc.tick()
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def test_a_running_jobs_memory_is_stored_and_its_timeline_returns_it(service):

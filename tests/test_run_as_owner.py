@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servicetools import service_factory, stop_jobs
+from servicetools import service_factory, stop_jobs, tick_until as wait
 
 from jupyter_gpuqueue.backends.accounts import DEFAULT_PATH, Accounts, secure_state_dir, tljh_system_username
 from jupyter_gpuqueue.errors import Forbidden, NotFound, ValidationError
@@ -163,16 +163,6 @@ def env(accounts, monkeypatch):
     for svc in make.services:
         svc.ledger.close()
     shutil.rmtree(base, ignore_errors=True)
-
-
-def wait(svc, pred, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        svc.tick()
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def state(svc, name):

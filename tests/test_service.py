@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from servicetools import service_factory, stop_jobs
+from servicetools import service_factory, stop_jobs, tick_until as wait
 
 from jupyter_gpuqueue.errors import Conflict, Forbidden, NotFound, ValidationError
 
@@ -98,16 +98,6 @@ def env(tmp_path, ledger_url):
                            db_url=ledger_url)
     yield make, tmp_path
     stop_jobs(make.services, grace=0.5)
-
-
-def wait(svc, pred, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        svc.tick()
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def state(svc, ns, name):

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from servicetools import service_factory, stop_jobs
+from servicetools import service_factory, stop_jobs, tick_until as wait
 
 from jupyter_gpuqueue.service.estimates import next_month_start
 
@@ -74,16 +74,6 @@ def make(tmp_path):
     build = service_factory(tmp_path, CLUSTER, INVENTORY, default_local_queue="one/q", stop_grace_seconds=1.0)
     yield build
     stop_jobs(build.services, grace=0.2)
-
-
-def wait(svc, pred, timeout=20.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        svc.tick()
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
 
 
 def submit(svc, name, *, gpus=1, flavor="gpu-a", ns="one", user="alice", runtime=600, command=SLEEP):
