@@ -57,9 +57,14 @@ def test_kill9_and_restart_adopt_every_job_once_and_logs_reach_the_server_log(co
         setup = _setup(tmp_path, q)
         server = launcher.start(setup)
         names = [f"job-{i}" for i in range(5)]  # 1 GPU each, 4 GPUs of quota: four run, one waits
+        # The jobs run until the test lets them end (a file appears; 120 s at most): they are
+        # sure to run across the kill and the restart, and end as soon as that is checked.
+        go = tmp_path / "go"
+        job = (f"import os, time\nend = time.time() + 120\nwhile not os.path.exists({str(go)!r}) "
+               "and time.time() < end:\n    time.sleep(0.1)\nprint('done')")
         for n in names:
             r = server.request("POST", "workloads", json={
-                "name": n, "command": [PY, "-c", "import time; time.sleep(8); print('done')"], "gpus": 1,
+                "name": n, "command": [PY, "-c", job], "gpus": 1,
                 "flavor": "any", "maxRuntimeSeconds": 300})
             assert r.status_code == 201, r.text
         wait_for(lambda: list(_states(server, names).values()).count("Running") == 4, timeout=60,
@@ -69,6 +74,7 @@ def test_kill9_and_restart_adopt_every_job_once_and_logs_reach_the_server_log(co
         server2 = launcher.start(setup)
         states = _states(server2, names)
         assert sorted(states.values()) == ["Pending"] + ["Running"] * 4, states  # adopted, not failed
+        go.touch()
         wait_for(lambda: set(_states(server2, names).values()) == {"Succeeded"}, timeout=120,
                  what="every job succeeded")
         jobs = q.get(f"/apis/batch/v1/namespaces/{q.ns}/jobs")["items"]
