@@ -74,9 +74,11 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 GPUJOB = """#!/bin/sh
 # the one program on the fuzzed server's PATH: `gpujob hold` sleeps (a running workload), anything
-# else ends at once (a finished one), after a line of log
+# else ends at once (a finished one), after a line of log; `gpujob seed-burst` runs 3 s (team-b's
+# first cent, spent at once on four H100s: _seed)
 echo "gpujob $*"
 if [ "$1" = hold ]; then exec /bin/sleep 600; fi
+if [ "$1" = seed-burst ]; then exec /bin/sleep 3; fi
 exit 0
 """
 
@@ -214,6 +216,10 @@ def _wait(srv, ns, name, states, timeout=60.0) -> dict:
 
 def _seed(srv) -> None:
     """Finished, running and pending workloads in team-a; team-b over a hard budget with held ones."""
+    # team-b spends its first cent (the hard budget below) on four H100s for 3 s, while team-a's
+    # seeds start: its one running GPU alone took ~16 s to spend it
+    _submit(srv, name="seed-b-burst", command=["gpujob", "seed-burst"], gpus=4, flavor="nvidia-h100",
+            localQueue="team-b/team-b-queue")
     for i in range(3):
         _submit(srv, name=f"seed-done-{i}", command=["gpujob", "done", str(i)], gpus=1,
                 localQueue="team-a/team-a-queue")
@@ -229,7 +235,7 @@ def _seed(srv) -> None:
     # team-b: a running job, then a hard budget it has already spent: new submissions are held
     _submit(srv, name="seed-b-run", command=["gpujob", "hold"], gpus=1, localQueue="team-b/team-b-queue")
     _wait(srv, "team-b", "seed-b-run", ("Running",))
-    time.sleep(1.0)
+    _wait(srv, "team-b", "seed-b-burst", ("Succeeded",))
     _hold(srv, "seed-held")
     resp = srv.request("PUT", "budgets/team-a", json={"monthlyUSD": 1000})
     assert resp.status_code == 200, resp.text
