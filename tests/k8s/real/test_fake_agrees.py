@@ -164,10 +164,13 @@ def test_status_reasons(api):
     with pytest.raises(KubeApiError) as e:
         api.client.create(api.jobs(), _job("reasons"))
     assert (e.value.status, e.value.reason, e.value.message) == (409, "AlreadyExists", 'jobs.batch "reasons" already exists')
-    job = api.client.get(api.jobs("reasons"))
-    stale = copy.deepcopy(job)
-    job["metadata"].setdefault("labels", {})["x"] = "1"
-    api.client.replace(api.jobs("reasons"), job)
+    stale: dict = {}
+
+    def label(job):  # the version read before this write goes stale by it
+        stale.clear()
+        stale.update(copy.deepcopy(job))
+        job["metadata"].setdefault("labels", {})["x"] = "1"
+    _update(api, api.jobs("reasons"), label)  # (the Job controller may write its status first)
     stale["metadata"].setdefault("labels", {})["x"] = "2"
     with pytest.raises(KubeApiError) as e:
         api.client.replace(api.jobs("reasons"), stale)
