@@ -137,7 +137,7 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
         await asyncio.sleep(1.0)  # a run worth something
         await api(jp_fetch, "workloads", method="POST", body={
             "name": "urgent", "localQueue": "team-b/team-b-queue",
-            "command": [sys.executable, "-c", "import time; time.sleep(3)"],
+            "command": [sys.executable, "-c", "import time; time.sleep(1)"],
             "gpus": 1, "flavor": "nvidia-h100", "priorityClass": "experiment-high", "maxRuntime": "5m"})
         await wait_for(jp_fetch, "team-b/urgent", lambda w: w["state"] in FINISHED, timeout=60)
         victim = await wait_for(jp_fetch, "team-b/victim",
