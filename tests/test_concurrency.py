@@ -117,6 +117,9 @@ class QueueUnderLoad(RuleBasedStateMachine):
         self.preempted = QueueUnderLoad.preempted  # uids seen with a preemption in their history (all examples)
         self.succeeded = QueueUnderLoad.succeeded
         self.n = 0
+        # the checks' reads (on this thread; the clients' threads have sessions of their own):
+        # one connection kept open, not one per request (the snapshots are most of the run)
+        self.session = requests.Session()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -138,11 +141,12 @@ class QueueUnderLoad(RuleBasedStateMachine):
 
     @property
     def _known(self) -> dict[str, str]:
-        items = self.server.request("GET", "workloads").json()["items"]
+        items = self.server.request("GET", "workloads", self.session).json()["items"]
         return {w["uid"]: f"{w['namespace']}/{w['localQueue']}" for w in items}
 
     def _active(self) -> list[str]:
-        items = self.server.request("GET", "workloads", params={"state": "Pending,Admitted,Running"}).json()["items"]
+        items = self.server.request("GET", "workloads", self.session,
+                                    params={"state": "Pending,Admitted,Running"}).json()["items"]
         return sorted(w["uid"] for w in items if w["uid"] in self.acked)
 
     # -- rules --------------------------------------------------------------------------------------
@@ -211,6 +215,7 @@ class QueueUnderLoad(RuleBasedStateMachine):
         active = self._active()
         lqs = self._known
         in_threads([self._cancel_via(u, lqs[u]) for u in active], 4) if active else None
+        self.session.close()
 
     # -- invariants -----------------------------------------------------------------------------------
 
@@ -218,9 +223,9 @@ class QueueUnderLoad(RuleBasedStateMachine):
         """(queues, workloads, inventory) read twice in a row with the same admissions and queue
         contents (a cancelled job's process may end, and free its quota, between two reads)."""
         def read():
-            q = self.server.request("GET", "queues").json()
-            w = self.server.request("GET", "workloads").json()["items"]
-            i = self.server.request("GET", "inventory").json()
+            q = self.server.request("GET", "queues", self.session).json()
+            w = self.server.request("GET", "workloads", self.session).json()["items"]
+            i = self.server.request("GET", "inventory", self.session).json()
             return q, w, i
 
         def key(snap):
