@@ -246,10 +246,11 @@ class HistoryRuntime:
     times a key needs before it answers; ``window``: run times kept per key (the most recent);
     ``fallback``: the model when no key answers (default :class:`DeclaredRuntime`);
     ``min_samples_for``: key → the run times that key needs (default ``min_samples`` for all), e.g.
-    fewer for a very specific key whose runs are alike; ``sibling_floor``: a pending workload whose
+    fewer for a very specific key whose runs are alike; ``sibling_floor``: a workload whose
     most specific key has too few finished runs but running ones answers from the broader keys
-    conditioned on running at least as long as the longest of those has so far (off by default: on
-    the Philly trace it changed the median error by less than its noise, BENCHMARKS.md)."""
+    conditioned on running at least as long as the longest of those has so far — a pending one,
+    and a running one that has run less long than that sibling (off by default: on the Philly trace it
+    moved the median error by less than its noise and lengthened the tail, BENCHMARKS.md)."""
 
     def __init__(
         self,
@@ -348,13 +349,14 @@ class HistoryRuntime:
 
     def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
         keys = self.keys(wl)
-        if self.sibling_floor and elapsed <= 0 and keys:
-            # A pending workload whose most specific key has too few finished runs but running
-            # ones: it runs at least as long as the longest of them has so far.
+        if self.sibling_floor and keys:
+            # A workload whose most specific key has too few finished runs but running ones (a
+            # sweep that has started): it runs at least as long as the longest of them has so
+            # far — pending, or running for less time than that sibling.
             k0 = keys[0]
             floor = self._running_max.get(k0, 0.0)
-            if floor > 0 and self.samples(k0) < self._need(k0):
-                return self._quantile_keys(wl, keys[1:], floor, u)
+            if floor > elapsed and self.samples(k0) < self._need(k0):
+                return max(elapsed, self._quantile_keys(wl, keys[1:], floor, u))
         return self._quantile_keys(wl, keys, elapsed, u)
 
     def _quantile_keys(self, wl: Workload, keys, elapsed: float, u: float) -> float:

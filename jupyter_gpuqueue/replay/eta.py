@@ -45,7 +45,8 @@ Sampling (``--eta-sample K``): every K-th waiting job, in submission order (1: a
 errors count the sampled jobs only; the block says ``"sampled": K``.
 
 Measured and not used by default (BENCHMARKS.md, "What was tried"): ``draws`` (the median of
-several forward runs), ``sibling_floor``, and the recent waits of similar jobs (``details``
+several forward runs), ``sibling_floor`` (a job whose burst has too few finished runs but running
+ones runs at least as long as the longest-running of those has so far), and the recent waits of similar jobs (``details``
 records them per estimate: ``recentCqGpus``, ``recentCq``, and ``…All`` with the jobs that did not
 wait; :func:`~jupyter_gpuqueue.engine.wait_rate.recent_wait`).
 
@@ -109,8 +110,9 @@ class EtaOptions:
     calibration: Optional[dict] = None  # WaitCalibration keyword arguments
     rate_blend: float = 0.2  # the point: simulated wait^(1-w) x rate baseline's wait^w (0: simulation only)
     draws: int = 1  # forward runs per estimate point, the point their median start (estimate_starts' draws)
-    # sibling_floor: HistoryRuntime(sibling_floor=True), a pending job whose burst has too few
-    # finished runs runs at least as long as its longest-running sibling has so far.
+    # sibling_floor: HistoryRuntime(sibling_floor=True), a job (pending, or running for less long)
+    # whose burst has too few finished runs runs at least as long as its longest-running sibling
+    # has so far (off by default: BENCHMARKS.md, "What the error is made of").
     sibling_floor: bool = False
 
 

@@ -305,7 +305,7 @@ def test_draws_point_is_the_median_of_the_predictive_distribution():
     assert estimate_starts(s, 0.0, d, ranges=False, draws=5)[key("a", "wait")].start_at == 300.0
 
 
-def test_history_sibling_floor_a_pending_job_runs_at_least_as_long_as_its_running_siblings():
+def test_history_sibling_floor_a_job_runs_at_least_as_long_as_its_longest_running_sibling():
     # A sweep with no finished run yet: its jobs answer from the broader key. Two of them have
     # been running 50 and 70 s: the third, pending, is expected to run longer than 70 s.
     def keys(w):
@@ -322,6 +322,10 @@ def test_history_sibling_floor_a_pending_job_runs_at_least_as_long_as_its_runnin
             m.observe(wl("a", f"old{r}", 1), float(r))
         m.set_running([(member("s1"), 50.0), (member("s2"), 70.0)])
         assert m.quantile(member("s3"), 0.0, 0.5) == want
+        # the sibling running for 50 s: without the floor, conditioned on 50 s; with it, on 70 s
+        assert m.quantile(member("s1"), 50.0, 0.5) == (80.0 if not floor else 90.0)
+        # the longest-running sibling itself: conditioned on its own elapsed time either way
+        assert m.quantile(member("s2"), 70.0, 0.5) == 90.0
     # once the sweep has enough finished runs of its own, they answer (with the running ones censored)
     for r in (200.0, 210.0, 220.0, 230.0, 240.0):
         m.observe(member("done"), r)
