@@ -242,6 +242,36 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_pa
         assert all(int(pid) == os.getpid() and name.startswith("gpuqueue-estimates") for pid, name in seen)
 
 
+def test_a_workload_queued_just_after_a_round_of_faster_options_gets_its_own_within_seconds(make):
+    """Faster options are searched at most every 2 s: a workload that starts waiting just after a
+    round gets its round at the next refresh 2 s on, not at the periodic refresh (30 s) only."""
+    svc = make(restore=False)
+    svc.estimates.refresh_interval = 30.0
+    svc.estimates.use_fork = False  # the refresh's schedule is under test, not where it runs
+
+    async def scenario():
+        await svc.start()
+        try:
+            submit(svc, "a", gpus=2)
+            for _ in range(200):
+                if svc.get_workload("one", "a")["state"] == "Running":
+                    break
+                await asyncio.sleep(0.05)
+            # b waits within 2 s of the round that a's submission started; c right after b's
+            for name in ("b", "c"):
+                submit(svc, name, gpus=2)
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 15.0 and not svc.get_workload("one", name)["fasterOptions"]:
+                    await asyncio.sleep(0.02)
+                view = svc.get_workload("one", name)
+                assert view["fasterOptions"], f"{name}: no faster option within 15 s (the periodic refresh is 30 s)"
+                assert view["fasterOptions"][0]["flavor"] == "gpu-b"
+        finally:
+            await svc.stop()
+
+    asyncio.run(scenario())
+
+
 def test_the_range_learns_from_the_estimators_own_errors(make):
     """Each workload's first estimate is compared with its actual start; the calibration of the
     range (engine/calibration.py) is fed the pair once it has started."""

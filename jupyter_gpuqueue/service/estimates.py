@@ -42,8 +42,8 @@ run times), computed here:
   (the first second of the next UTC month) when it is held; ``BudgetExceeded`` otherwise.
 - **Deadlines.** A running workload being preempted ends by its eviction deadline; a notebook
   lease by its maximum run time.
-- **Faster options.** Every ``faster_options_interval`` seconds (10 s), and at once when new
-  workloads wait, for up to
+- **Faster options.** Every ``faster_options_interval`` seconds (10 s), and when new workloads
+  wait (at the first refresh, or 2 s after the last round when one was that recent), for up to
   ``faster_options_limit`` pending workloads (highest priority, then oldest, first) whose
   estimated wait is over ``faster_options_min_wait`` seconds: the same request pinned to another
   flavor of its ClusterQueue, with another MIG profile, or with fewer GPUs, each estimated by its
@@ -461,6 +461,11 @@ class Estimates:
                 self._last_faster = time.monotonic()
                 self._faster_seen = set(pending)
                 variants = True
+        elif self.faster_options_limit:
+            # Rounds are 2 s apart at least: a workload that started waiting since the last one
+            # gets its round at a refresh 2 s on (``_done`` schedules it), not only at the
+            # periodic one (refresh_interval).
+            self._dirty = True
         return {"version": self._version, "now": now, "variants": variants}
 
     def _job(self, plan: dict) -> dict:
