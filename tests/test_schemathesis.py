@@ -409,6 +409,11 @@ def _usable_request(req, fz: Fuzzed, rnd: random.Random):
     if out.get("kind") == "NotebookLease":
         for key in ("command", "script", "args", "workingDir", "env"):
             out.pop(key, None)
+        server = out.get("notebookServer")
+        if isinstance(server, dict) and isinstance(server.get("name"), str):
+            # the document's pattern ^[^/\x00-\x1F\x7F]*$ read the JSON Schema (ECMA) way: Python's
+            # "$" also matches before a final newline, which hypothesis then draws
+            out["notebookServer"] = dict(server, name=server["name"].rstrip("\n"))
     else:
         out.pop("script", None)
         out.pop("args", None)
