@@ -458,3 +458,40 @@ def test_cli_replay_eta(tmp_path):
     code, _, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"),
                          "--runtime-model", "oracle"])
     assert code == 2 and "--eta" in err
+
+
+def test_sweep_history_a_new_sweep_runs_like_the_teams_last_one_and_at_least_as_long_as_its_siblings():
+    """SweepHistoryRuntime (replay/eta.py): a job whose burst has too few finished runs answers from
+    the team's previous sweep (from its 5th job in the burst on), conditioned on its longest-running
+    sibling; a burst's first jobs and single jobs answer from the team's mix."""
+    from jupyter_gpuqueue.engine.model import PodSet, Workload
+    from jupyter_gpuqueue.replay.eta import BURST_LABEL, RANK_LABEL, SweepHistoryRuntime, make_model
+
+    def job(name, burst, rank):
+        w = Workload(namespace="team", name=name, queue_name="q", pod_sets=[PodSet("main", 1, {GPU: 1})])
+        w.labels = {BURST_LABEL: burst, RANK_LABEL: str(rank)}
+        return w
+
+    m = make_model("history", {}, 86400.0, sweeps=True)
+    assert isinstance(m, SweepHistoryRuntime) and m.sibling_floor
+    assert not isinstance(make_model("history", {}, 86400.0), SweepHistoryRuntime)
+    for i in range(40):  # the team's mix: a quarter fail within a minute, the rest 1-11 h
+        m.observe(job(f"mix{i}", f"single{i}", 1), 30.0 if i % 4 == 0 else 3600.0 * (1 + i % 11))
+    for i in range(25):  # the team's last sweep: 25 jobs of 50-62 min
+        m.observe(job(f"old{i}", "sweep1", i + 1), 3000.0 + 30.0 * (i % 25))
+    m.set_running([])
+    new = job("new7", "sweep2", 7)
+    # the 7th job of a new sweep with no finished run: the last sweep's runs (50-62 min)
+    for u in (0.05, 0.5, 0.95):
+        assert 3000.0 <= m.quantile(new, 0.0, u) <= 3720.0
+    # its 1st job, and a single job: the team's mix (a quarter under a minute)
+    assert m.quantile(job("new1", "sweep2", 1), 0.0, 0.1) == 30.0
+    # a running sibling at 55 min: the others run at least that long
+    m.set_running([(job("new2", "sweep2", 2), 3300.0)])
+    assert m.quantile(new, 0.0, 0.05) >= 3300.0
+    assert m.quantile(job("new3", "sweep2", 3), 600.0, 0.05) >= 3300.0  # running 10 min: floored too
+    # once the new sweep has 5 finished runs of its own, they answer
+    for i in range(5):
+        m.observe(job(f"new-done{i}", "sweep2", 10 + i), 600.0)
+    m.set_running([])
+    assert m.quantile(new, 0.0, 0.5) == 600.0

@@ -23,9 +23,12 @@ Runtime models (``--runtime-model``): ``history`` (default): per *burst* (:func:
 the team's jobs of one GPU count submitted within 10 minutes of each other — array jobs and
 sweeps, the trace's stand-in for "the same command or script", which it does not record), then
 per team (namespace) and GPU count, then per team, then all jobs, then declared (quantiles 25/50/75 %, at least 5 runs, the last 2,000
-per key; for a running job, the runs longer than it has run so far). It learns a job's run time
-when the job finishes in the simulation — only jobs finished before the estimate point, never the
-future. ``declared``: the trace declares no maximum run time, so every job is assumed to run
+per key; for a running job, the runs longer than it has run so far). A job whose burst has fewer
+than 5 finished runs (a sweep that has just begun) answers, from its 5th job in the burst on, from
+the team's previous sweep of that GPU count, and runs at least as long as its longest-running
+sibling has so far (:class:`SweepHistoryRuntime`; ``EtaOptions.sweeps``, on by default). It learns
+a job's run time when the job finishes in the simulation — only jobs finished before the estimate
+point, never the future. ``declared``: the trace declares no maximum run time, so every job is assumed to run
 ``declared_seconds`` (24 h). ``oracle``: the true run times (then the model and the baseline
 agree).
 
@@ -78,7 +81,7 @@ from ..engine.wait_rate import RATE_WINDOWS, blend_waits, rate_wait, recent_wait
 from ..engine.calibration import WaitCalibration
 from ..engine.estimate import estimate_starts
 from ..engine.model import GPU, Inventory, Workload
-from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OracleRuntime, RuntimeModel
+from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OracleRuntime, RuntimeModel, _quantile
 from ..engine.simulator import Simulator
 from .metrics import percentile
 from .trace import ReplayConfig, TraceJob, build_jobs
@@ -112,11 +115,17 @@ class EtaOptions:
     draws: int = 1  # forward runs per estimate point, the point their median start (estimate_starts' draws)
     # sibling_floor: HistoryRuntime(sibling_floor=True), a job (pending, or running for less long)
     # whose burst has too few finished runs runs at least as long as its longest-running sibling
-    # has so far (off by default: BENCHMARKS.md, "What the error is made of").
+    # has so far (alone: off by default; ``sweeps`` includes it).
     sibling_floor: bool = False
+    # sweeps: the history model is SweepHistoryRuntime (the previous sweep's runs and the sibling
+    # floor for a job whose burst has too few finished runs; BENCHMARKS.md).
+    sweeps: bool = True
+    sweep_min_jobs: int = 20  # jobs a burst needs to be a sweep that a later one learns from
+    sweep_min_rank: int = 5  # a job answers from the previous sweep from this rank in its burst on
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
+RANK_LABEL = "gpuqueue.jupyter.org/replay-burst-rank"  # 1 for a burst's first job, 2 for the next…
 
 
 def team_gpu_keys(wl: Workload) -> tuple:
@@ -130,9 +139,10 @@ def team_gpu_keys(wl: Workload) -> tuple:
 def label_bursts(jobs, gap: float = BURST_GAP) -> int:
     """Label each job with its *burst*: the jobs of one team and GPU count submitted less than
     ``gap`` seconds after the previous one (array jobs, sweeps: the trace's stand-in for "the same
-    command or script", which it does not record). Known at submission. Returns the number of
-    bursts."""
+    command or script", which it does not record). Known at submission; so is each job's rank in
+    its burst (``RANK_LABEL``: 1, 2, …). Returns the number of bursts."""
     last: dict[tuple, tuple[float, int]] = {}
+    rank: dict[int, int] = {}
     n = 0
     for j in sorted(jobs, key=lambda j: (j.submit_time, j.key)):
         wl = j.workload
@@ -144,13 +154,81 @@ def label_bursts(jobs, gap: float = BURST_GAP) -> int:
         else:
             bid = prev[1]
         last[k] = (j.submit_time, bid)
+        rank[bid] = rank.get(bid, 0) + 1
         wl.labels = dict(wl.labels)
         wl.labels[BURST_LABEL] = str(bid)
+        wl.labels[RANK_LABEL] = str(rank[bid])
     return n
 
 
+class SweepHistoryRuntime(HistoryRuntime):
+    """The replay's history model (:class:`HistoryRuntime` keyed by :func:`team_gpu_keys`) for a
+    trace of sweeps: a team's bursts of alike jobs (:func:`label_bursts`).
+
+    A sweep's jobs run alike (on Philly, 54–70 min from the 10th to the 90th percentile in one of
+    them), but until enough of them have finished the burst key cannot answer, and the team's whole
+    mix — a quarter of which fails within a minute, some of which runs for days — would: a queue of
+    such draws drains far too fast. So, for a job whose burst has fewer finished runs than its key
+    needs:
+
+    * the **sibling floor** (``sibling_floor``, on): it runs at least as long as the longest-running
+      job of its burst has so far (a pending job, or a running one that has run less long): a
+      sweep whose jobs run is not one that fails at once;
+    * the **previous sweep**: from its ``min_rank``-th job in its burst on (a sweep, not a single
+      job), it answers from the finished runs of the team's most recent other burst of the same
+      GPU count that has at least ``min_jobs`` jobs and enough finished runs (a team's next sweep
+      runs like its last one more than like the team's mix: on Philly the previous sweep's median
+      is within a factor e^0.43 of the next one's at the median, the team's within e^0.82),
+      conditioned on the floor; with fewer than 5 runs that long, the broader keys, conditioned on
+      the floor.
+
+    It reads only what is known at the estimate: finished runs, the running jobs' elapsed times and
+    each job's rank in its burst (known at submission)."""
+
+    def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, **kwargs):
+        kwargs.setdefault("sibling_floor", True)
+        super().__init__(*args, **kwargs)
+        self.min_jobs = max(1, int(min_jobs))
+        self.min_rank = max(1, int(min_rank))
+        self._last_sweep: dict = {}  # (team, GPUs) key -> burst key of its latest sweep
+
+    def observe(self, wl: Workload, runtime: float) -> None:
+        super().observe(wl, runtime)
+        keys = self.keys(wl)
+        if keys and keys[0][0] == "burst" and _rank(wl) >= self.min_jobs \
+                and self.samples(keys[0]) >= self._need(keys[0]):
+            self._last_sweep[keys[1]] = keys[0]
+
+    def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        keys = self.keys(wl)
+        k0 = keys[0] if keys else None
+        if k0 is None or k0[0] != "burst" or self.samples(k0) >= self._need(k0):
+            return super().quantile(wl, elapsed, u)
+        floor = max(elapsed, self._running_max.get(k0, 0.0) if self.sibling_floor else 0.0)
+        if _rank(wl) >= self.min_rank:
+            prev = self._last_sweep.get(keys[1])
+            if prev is not None and prev != k0:
+                xs = self._samples[prev].sorted
+                i = bisect.bisect_right(xs, floor) if floor > 0 else 0
+                if len(xs) - i >= 5:
+                    return max(elapsed, _quantile(xs, u, i))
+        if floor > elapsed:
+            return max(elapsed, self._quantile_keys(wl, keys[1:], floor, u))
+        return super().quantile(wl, elapsed, u)
+
+
+def _rank(wl: Workload) -> int:
+    try:
+        return int(wl.labels.get(RANK_LABEL, 0))
+    except ValueError:
+        return 0
+
+
 def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000,
-               burst_min_samples: int = 5) -> RuntimeModel:
+               burst_min_samples: int = 5, sweeps: bool = False, sweep_min_jobs: int = 20,
+               sweep_min_rank: int = 5) -> RuntimeModel:
+    """The runtime model ``name`` of ``--runtime-model`` (history | declared | oracle);
+    ``sweeps``: the history model is :class:`SweepHistoryRuntime`."""
     declared = DeclaredRuntime(declared_seconds)
     if name == "declared":
         return declared
@@ -158,8 +236,11 @@ def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, w
         return OracleRuntime(runtimes, declared)
     if name == "history":
         need = max(1, int(burst_min_samples))
-        return HistoryRuntime(team_gpu_keys, fallback=declared, window=window,
-                              min_samples_for=lambda k: need if k[0] == "burst" else 5)
+        cls, extra = HistoryRuntime, {}
+        if sweeps:
+            cls, extra = SweepHistoryRuntime, {"min_jobs": sweep_min_jobs, "min_rank": sweep_min_rank}
+        return cls(team_gpu_keys, fallback=declared, window=window,
+                   min_samples_for=lambda k: need if k[0] == "burst" else 5, **extra)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
 
 
@@ -251,7 +332,8 @@ def eta_report(
     sim.add_jobs(jobs)
     sched = sim.scheduler
     model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window,
-                       eta.burst_min_samples)
+                       eta.burst_min_samples, sweeps=eta.sweeps and eta.bursts,
+                       sweep_min_jobs=eta.sweep_min_jobs, sweep_min_rank=eta.sweep_min_rank)
     if eta.sibling_floor and isinstance(model, HistoryRuntime):
         model.sibling_floor = True
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
@@ -429,4 +511,5 @@ def _rate_estimate(sched, key: str, t: float, admissions: dict[str, list[float]]
     return None if wait is None else t + wait
 
 
-__all__ = ["DEFAULT_SAMPLE", "EtaOptions", "FRACTIONS", "POINTS", "eta_report", "make_model", "team_gpu_keys"]
+__all__ = ["DEFAULT_SAMPLE", "EtaOptions", "FRACTIONS", "POINTS", "SweepHistoryRuntime", "eta_report", "label_bursts",
+           "make_model", "team_gpu_keys"]
