@@ -81,6 +81,16 @@ def submit(svc, name, *, gpus=1, flavor="gpu-a", ns="one", user="alice", runtime
                        "localQueue": f"{ns}/q", "maxRuntimeSeconds": runtime}, user=user)
 
 
+async def start_with_a_running(svc):
+    """Start the running service and wait (10 s at most) until job "a" (2 GPUs) runs."""
+    await svc.start()
+    submit(svc, "a", gpus=2)
+    for _ in range(200):
+        if svc.get_workload("one", "a")["state"] == "Running":
+            break
+        await asyncio.sleep(0.05)
+
+
 def test_a_waiting_job_is_estimated_from_the_running_jobs_declared_run_time(make):
     svc = make()
     a = submit(svc, "a", gpus=2, runtime=600)
@@ -211,13 +221,8 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_pa
     svc.estimates._compute = compute
 
     async def scenario():
-        await svc.start()
         try:
-            submit(svc, "a", gpus=2)
-            for _ in range(200):
-                if svc.get_workload("one", "a")["state"] == "Running":
-                    break
-                await asyncio.sleep(0.05)
+            await start_with_a_running(svc)
             events: list[dict] = []
             svc.subscribe(events.append)
             submit(svc, "b", gpus=2)
@@ -250,13 +255,8 @@ def test_a_workload_queued_just_after_a_round_of_faster_options_gets_its_own_wit
     svc.estimates.use_fork = False  # the refresh's schedule is under test, not where it runs
 
     async def scenario():
-        await svc.start()
         try:
-            submit(svc, "a", gpus=2)
-            for _ in range(200):
-                if svc.get_workload("one", "a")["state"] == "Running":
-                    break
-                await asyncio.sleep(0.05)
+            await start_with_a_running(svc)
             # b waits within 2 s of the round that a's submission started; c right after b's
             for name in ("b", "c"):
                 submit(svc, name, gpus=2)
