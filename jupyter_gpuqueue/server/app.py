@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import Any, Optional
 
 from jupyter_server.extension.application import ExtensionApp
@@ -553,6 +555,7 @@ class GpuQueueApp(ExtensionApp):
             service.idle.configure(dict(self.idle_policy), minimum_timeout=self.idle_timeout_minimum_seconds)
             if mode == "hub-service":
                 self._use_hub_teams(service)
+                self._stop_on_sigint()
         except GpuQueueError as e:
             self.log.error("jupyter_gpuqueue: the queue service cannot start: %s", e)
             self.settings[STARTUP_ERROR_KEY] = str(e)
@@ -577,6 +580,18 @@ class GpuQueueApp(ExtensionApp):
             return
         self.settings[FORWARDER_KEY] = forwarder
         self.log.info("jupyter_gpuqueue: hub-client mode, forwarding to %s", forwarder.api_url)
+
+    def _stop_on_sigint(self) -> None:
+        """hub-service mode: SIGINT stops this server, as SIGTERM does. JupyterHub stops a managed
+        service with SIGINT and sends SIGTERM only ``Spawner.interrupt_timeout`` (30 s) later; a
+        hub started where SIGINT is ignored (a background job of a non-interactive shell, e.g.
+        ``nohup jupyterhub &``) passes that on, and jupyter_server sets no SIGINT handler without a
+        terminal: the queue would then stop 30 s late at every hub shutdown."""
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN \
+                and threading.current_thread() is threading.main_thread():
+            stop = getattr(self.serverapp, "_signal_stop", None)
+            if stop is not None:
+                signal.signal(signal.SIGINT, stop)
 
     def _use_hub_teams(self, service) -> None:
         """hub-service mode: enforce custom scopes (settings) and map hub groups to teams."""

@@ -151,7 +151,7 @@ def _test_config(admin_token: str, extra_config: str) -> str:
 
 
 def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
-              timeout: float = START_TIMEOUT) -> Hub:
+              timeout: float = START_TIMEOUT, sigint_ignored: bool = False) -> Hub:
     """Start JupyterHub with the example config plus ``extra_config`` (Python lines using ``c``)
     in ``state``; return once the hub answers and the gpuqueue service is up. ``env``: extra
     environment for the hub (and so for its service and spawners). Raises RuntimeError with the
@@ -185,6 +185,8 @@ def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
     proc = subprocess.Popen(
         [str(BINDIR / "jupyterhub"), "-f", str(cfg)],
         cwd=state, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        # sigint_ignored: as a background job of a non-interactive shell starts it (nohup … &)
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
     log.close()
     hub = Hub(

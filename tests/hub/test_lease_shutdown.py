@@ -19,6 +19,7 @@ import sys
 import time
 
 import pytest
+import requests
 
 from hubtools import chp_path, start_hub, stop_hub
 
@@ -147,5 +148,24 @@ def test_plain_hook_lease_is_released_by_the_queue_service_at_its_start(tmp_path
         assert "its notebook server is no longer running" in (w.get("message") or ""), w
         assert w["finishedAt"] is not None
         _gpus_are_free(hub, token)
+    finally:
+        stop_hub(hub)
+
+
+def test_a_hub_started_with_sigint_ignored_stops_its_queue_service_at_once(tmp_path):
+    """JupyterHub stops its managed service with SIGINT, then SIGTERM only after
+    Spawner.interrupt_timeout (30 s). Started as a background job of a non-interactive shell (SIGINT
+    ignored, inherited by the service), the hub's shutdown must still stop the queue at once."""
+    hub = start_hub(tmp_path / "hub", env=_env(), sigint_ignored=True)
+    try:
+        t0 = time.monotonic()
+        hub.proc.send_signal(signal.SIGTERM)
+        hub.proc.wait(25)
+        took = time.monotonic() - t0
+        log = hub.log_path.read_text(errors="replace")
+        assert "received signal 2, stopping" in log, log[-3000:]
+        assert took < 20, f"the hub took {took:.1f} s to stop (its service ignored SIGINT)"
+        with pytest.raises(requests.ConnectionError):
+            requests.get(hub.service_url, timeout=2)
     finally:
         stop_hub(hub)
