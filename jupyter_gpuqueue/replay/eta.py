@@ -204,17 +204,15 @@ class SweepHistoryRuntime(HistoryRuntime):
         k0 = keys[0] if keys else None
         if k0 is None or k0[0] != "burst" or self.samples(k0) >= self._need(k0):
             return super().quantile(wl, elapsed, u)
-        floor = max(elapsed, self._running_max.get(k0, 0.0) if self.sibling_floor else 0.0)
         if _rank(wl) >= self.min_rank:
             prev = self._last_sweep.get(keys[1])
             if prev is not None and prev != k0:
+                floor = max(elapsed, self._running_max.get(k0, 0.0) if self.sibling_floor else 0.0)
                 xs = self._samples[prev].sorted
                 i = bisect.bisect_right(xs, floor) if floor > 0 else 0
                 if len(xs) - i >= 5:
                     return max(elapsed, _quantile(xs, u, i))
-        if floor > elapsed:
-            return max(elapsed, self._quantile_keys(wl, keys[1:], floor, u))
-        return super().quantile(wl, elapsed, u)
+        return super().quantile(wl, elapsed, u)  # the sibling floor on the broader keys
 
 
 def _rank(wl: Workload) -> int:

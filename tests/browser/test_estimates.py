@@ -139,13 +139,14 @@ async def open_palette(page):
     return palette
 
 
-async def use_theme(page, name: str, light: bool) -> None:
-    """Switch JupyterLab's theme from the command palette (:func:`open_palette`), as a user would."""
+async def use_theme(page, name: str, light: bool, settle_ms: int = 500) -> None:
+    """Switch JupyterLab's theme from the command palette (:func:`open_palette`), as a user would;
+    then wait ``settle_ms`` for the theme's CSS variables to settle."""
     palette = await open_palette(page)
     await palette.locator("input").fill(name, timeout=5000)
     await palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first.click()
     await page.locator(f'body[data-jp-theme-light="{"true" if light else "false"}"]').wait_for(state="attached")
-    await page.wait_for_timeout(500)  # the theme's CSS variables settle
+    await page.wait_for_timeout(settle_ms)
 
 
 # Every text node under `selector`: its colour against the background it is drawn on (alpha
@@ -221,12 +222,6 @@ async def test_estimates_on_the_card_and_the_status_bar(jp_fetch, gpuqueue_servi
     from playwright.async_api import async_playwright, expect
 
     SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
-    # The estimates are refreshed on a change and at least every refresh_interval (30 s); faster
-    # options are searched "at once when new workloads wait", but not within 2 s of the last
-    # search: the two jobs below come within 2 s of the blocker's refresh, and their faster
-    # options waited for the 30-s refresh. That spacing is not what this test is about: a
-    # refresh every 2 s here.
-    gpuqueue_service.estimates.refresh_interval = 2.0
     created: list[str] = []
     try:
         # A job that fails at once costs a fraction of a cent (issue 15: it read "$0.").

@@ -39,7 +39,7 @@ import pytest
 from jupyter_gpuqueue.ledger import reports
 
 from test_costs_panel import write_history
-from test_estimates import open_palette
+from test_estimates import use_theme as _use_theme
 from test_panel import api, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -70,13 +70,8 @@ async def set_sidebar_width(page, width: int) -> None:
 
 
 async def use_theme(page, name: str, light: bool) -> None:
-    """Switch JupyterLab's theme from the command palette, as a user would (test_estimates'
-    ``open_palette``: the shortcut again when a keystroke was missed)."""
-    palette = await open_palette(page)
-    await palette.locator("input").fill(name, timeout=5000)
-    await palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first.click()
-    await page.locator(f'body[data-jp-theme-light="{"true" if light else "false"}"]').wait_for(state="attached")
-    await page.wait_for_timeout(600)  # the theme's CSS variables settle
+    """test_estimates' theme switch, with 600 ms for the CSS variables to settle."""
+    await _use_theme(page, name, light, settle_ms=600)
 
 
 async def show_only(panel, sections) -> None:
