@@ -462,8 +462,9 @@ def test_cli_replay_eta(tmp_path):
 
 def test_sweep_history_a_new_sweep_runs_like_the_teams_last_one_and_at_least_as_long_as_its_siblings():
     """SweepHistoryRuntime (replay/eta.py): a job whose burst has too few finished runs answers from
-    the team's previous sweep (from its 5th job in the burst on), conditioned on its longest-running
-    sibling; a burst's first jobs and single jobs answer from the team's mix."""
+    the team's previous sweep (from its 5th job in the burst on), conditioned on its
+    longest-running sibling; a burst's first jobs and single jobs answer from the team's mix;
+    the share of a burst still running answers from the previous sweep too."""
     from jupyter_gpuqueue.engine.model import PodSet, Workload
     from jupyter_gpuqueue.replay.eta import BURST_LABEL, RANK_LABEL, SweepHistoryRuntime, make_model
 
@@ -490,8 +491,28 @@ def test_sweep_history_a_new_sweep_runs_like_the_teams_last_one_and_at_least_as_
     m.set_running([(job("new2", "sweep2", 2), 3300.0)])
     assert m.quantile(new, 0.0, 0.05) >= 3300.0
     assert m.quantile(job("new3", "sweep2", 3), 600.0, 0.05) >= 3300.0  # running 10 min: floored too
+    # floor_quantile 0.5: the median of the running siblings' elapsed times, so that one
+    # long-running job of a burst (here 40 h) does not floor the others
+    running = [(job(f"new{r}", "sweep2", r), el) for r, el in ((2, 600.0), (3, 3300.0), (4, 144000.0))]
+    m.sibling_floor_quantile = 0.5
+    m.set_running(running)
+    assert 3300.0 <= m.quantile(new, 0.0, 0.05) <= 3720.0
+    m.sibling_floor_quantile = 1.0  # the default: the longest-running
+    m.set_running(running)
+    assert m.quantile(new, 0.0, 0.05) >= 144000.0
     # once the new sweep has 5 finished runs of its own, they answer
     for i in range(5):
         m.observe(job(f"new-done{i}", "sweep2", 10 + i), 600.0)
     m.set_running([])
     assert m.quantile(new, 0.0, 0.5) == 600.0
+    # a sweep whose first 5 finished runs failed at once (30 s) while 20 run on (50 min so far):
+    # up to its share of finished runs (5 of 25) the failures answer; beyond it, the share still
+    # running, the previous sweep's runs longer than 50 min — not a Pareto tail at 30 s
+    third = [job(f"third{i}", "sweep3", i + 1) for i in range(30)]
+    for w in third[:5]:
+        m.observe(w, 30.0)
+    m.set_running([(w, 3000.0) for w in third[5:25]])
+    assert m.quantile(third[29], 0.0, 0.1) == 30.0
+    for u in (0.3, 0.5, 0.9):
+        assert 3000.0 < m.quantile(third[29], 0.0, u) <= 3720.0
+    assert 3000.0 < m.quantile(third[10], 3000.0, 0.5) <= 3720.0  # a running one: the same, conditioned

@@ -36,7 +36,9 @@ The models
   that has outrun every key's history is assumed to run as long again (:func:`outrun`), not to
   end now. ``set_running`` (the estimator calls it) adds the running workloads as censored
   observations: ``quantile`` then reads the Kaplan-Meier estimate, which corrects the bias of a
-  history of finished runs towards the short ones (long runs are still running).
+  history of finished runs towards the short ones (long runs are still running). Its mass beyond
+  the longest finished run (the share still running) runs at least as long as the median of those
+  running ones has so far, then as the broader keys say.
 """
 
 from __future__ import annotations
@@ -250,7 +252,10 @@ class HistoryRuntime:
     most specific key has too few finished runs but running ones answers from the broader keys
     conditioned on running at least as long as the longest of those has so far — a pending one,
     and a running one that has run less long than that sibling (off by default: on the Philly trace it
-    moved the median error by less than its noise and lengthened the tail, BENCHMARKS.md)."""
+    moved the median error by less than its noise and lengthened the tail, BENCHMARKS.md);
+    ``sibling_floor_quantile``: the floor is this quantile of the running siblings' elapsed times
+    instead of the longest (1, the default; 0.5: the median — one job of a sweep can run for
+    days)."""
 
     def __init__(
         self,
@@ -263,6 +268,7 @@ class HistoryRuntime:
         point: str = "mean",
         min_samples_for: Optional[Callable[[Hashable], int]] = None,
         sibling_floor: bool = False,
+        sibling_floor_quantile: float = 1.0,
     ):
         if point not in ("mean", "quantile"):
             raise ValueError("point must be 'mean' or 'quantile'")
@@ -278,7 +284,10 @@ class HistoryRuntime:
         self._samples: dict[Hashable, _Samples] = {}
         self.observed = 0
         self.sibling_floor = sibling_floor
-        self._running_max: dict[Hashable, float] = {}
+        if not 0.0 <= sibling_floor_quantile <= 1.0:
+            raise ValueError("sibling_floor_quantile must be within [0, 1]")
+        self.sibling_floor_quantile = float(sibling_floor_quantile)
+        self._sibling_floor: dict[Hashable, float] = {}  # key -> the floor its running workloads set
 
     def observe(self, wl: Workload, runtime: float) -> None:
         """Record a finished run of ``wl`` that lasted ``runtime`` seconds."""
@@ -310,7 +319,8 @@ class HistoryRuntime:
             for k in self.keys(wl):
                 by_key.setdefault(k, []).append(float(elapsed))
         if self.sibling_floor:
-            self._running_max = {k: max(v) for k, v in by_key.items()}
+            q = self.sibling_floor_quantile
+            self._sibling_floor = {k: _quantile(sorted(v), q) for k, v in by_key.items()}
         for k, s in self._samples.items():
             cs = by_key.get(k)
             new = sorted(cs) if cs else []
@@ -351,16 +361,17 @@ class HistoryRuntime:
         keys = self.keys(wl)
         if self.sibling_floor and keys:
             # A workload whose most specific key has too few finished runs but running ones (a
-            # sweep that has started): it runs at least as long as the longest of them has so
-            # far — pending, or running for less time than that sibling.
+            # sweep that has started): it runs at least as long as the longest of them (or the
+            # sibling_floor_quantile-th) has so far — pending, or running for less time.
             k0 = keys[0]
-            floor = self._running_max.get(k0, 0.0)
+            floor = self._sibling_floor.get(k0, 0.0)
             if floor > elapsed and self.samples(k0) < self._need(k0):
                 return max(elapsed, self._quantile_keys(wl, keys[1:], floor, u))
         return self._quantile_keys(wl, keys, elapsed, u)
 
     def _quantile_keys(self, wl: Workload, keys, elapsed: float, u: float) -> float:
-        for k in keys:
+        keys = tuple(keys)
+        for ki, k in enumerate(keys):
             need = self._need(k)
             s = self._samples.get(k)
             if s is None or len(s.sorted) < need:
@@ -385,8 +396,19 @@ class HistoryRuntime:
                     lo = mid + 1
             if lo < len(times):
                 return times[lo]
-            # beyond the longest finished run: the rest of the mass is censored
-            return outrun_quantile(max(elapsed, times[-1]), (u - (1 - surv[-1] / s_e)) / max(surv[-1] / s_e, 1e-9))
+            # Beyond the longest finished run the rest of the mass is the workloads of this key
+            # still running longer than it (censored): the workload runs at least as long as the
+            # median of those has so far, and the broader keys (then "as long again") say how
+            # much longer. (A Pareto tail at the longest finished run said a job of a sweep whose
+            # first five runs failed at once would fail too, while the other twenty ran for hours.)
+            v = (u - (1 - surv[-1] / s_e)) / max(surv[-1] / s_e, 1e-9)
+            last = max(elapsed, times[-1])
+            cs = s.censored
+            c = bisect.bisect_right(cs, last)
+            floor = cs[c + (len(cs) - c - 1) // 2] if c < len(cs) else last
+            if floor > last and ki + 1 < len(keys):
+                return max(elapsed, self._quantile_keys(wl, keys[ki + 1:], floor, v))
+            return outrun_quantile(floor, v)
         if elapsed > 0 and self._known(wl):  # longer than any run of its kind: as long again
             return outrun_quantile(elapsed, u)
         fb = self.fallback.predict(wl, elapsed)

@@ -26,7 +26,9 @@ per team (namespace) and GPU count, then per team, then all jobs, then declared 
 per key; for a running job, the runs longer than it has run so far). A job whose burst has fewer
 than 5 finished runs (a sweep that has just begun) answers, from its 5th job in the burst on, from
 the team's previous sweep of that GPU count, and runs at least as long as its longest-running
-sibling has so far (:class:`SweepHistoryRuntime`; ``EtaOptions.sweeps``, on by default). It learns
+sibling has so far; the share of a burst still running beyond its
+longest finished run answers the same way (:class:`SweepHistoryRuntime`; ``EtaOptions.sweeps``,
+on by default). It learns
 a job's run time when the job finishes in the simulation — only jobs finished before the estimate
 point, never the future. ``declared``: the trace declares no maximum run time, so every job is assumed to run
 ``declared_seconds`` (24 h). ``oracle``: the true run times (then the model and the baseline
@@ -122,6 +124,9 @@ class EtaOptions:
     sweeps: bool = True
     sweep_min_jobs: int = 20  # jobs a burst needs to be a sweep that a later one learns from
     sweep_min_rank: int = 5  # a job answers from the previous sweep from this rank in its burst on
+    # the sibling floor: this quantile of the running siblings' elapsed times (1: the longest-running;
+    # 0.5, the median, measured: BENCHMARKS.md)
+    sweep_floor_quantile: float = 1.0
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -172,8 +177,10 @@ class SweepHistoryRuntime(HistoryRuntime):
     needs:
 
     * the **sibling floor** (``sibling_floor``, on): it runs at least as long as the longest-running
-      job of its burst has so far (a pending job, or a running one that has run less long): a
-      sweep whose jobs run is not one that fails at once;
+      job of its burst has so far (``floor_quantile``: 1; 0.5, the median of the running jobs'
+      elapsed times, spares the others of a burst one of whose jobs runs for days, and was measured
+      worse at the median, BENCHMARKS.md) — a pending job, or a running one that has run less
+      long: a sweep whose jobs run is not one that fails at once;
     * the **previous sweep**: from its ``min_rank``-th job in its burst on (a sweep, not a single
       job), it answers from the finished runs of the team's most recent other burst of the same
       GPU count that has at least ``min_jobs`` jobs and enough finished runs (a team's next sweep
@@ -182,11 +189,19 @@ class SweepHistoryRuntime(HistoryRuntime):
       conditioned on the floor; with fewer than 5 runs that long, the broader keys, conditioned on
       the floor.
 
+    And for a job whose burst *has* enough finished runs, while others still run: the burst's
+    Kaplan-Meier estimate answers up to its longest finished run; the mass beyond it (the share of
+    the burst still running: the first runs to finish are a sweep's shortest, often its failures)
+    answers from the previous sweep, then the broader keys, conditioned on running longer than that
+    run and the sibling floor — not from a Pareto tail at that last finished run, which put the rest
+    of a sweep whose first five runs failed at a few minutes.
+
     It reads only what is known at the estimate: finished runs, the running jobs' elapsed times and
     each job's rank in its burst (known at submission)."""
 
-    def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, **kwargs):
+    def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, floor_quantile: float = 1.0, **kwargs):
         kwargs.setdefault("sibling_floor", True)
+        kwargs.setdefault("sibling_floor_quantile", floor_quantile)
         super().__init__(*args, **kwargs)
         self.min_jobs = max(1, int(min_jobs))
         self.min_rank = max(1, int(min_rank))
@@ -202,17 +217,49 @@ class SweepHistoryRuntime(HistoryRuntime):
     def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
         keys = self.keys(wl)
         k0 = keys[0] if keys else None
-        if k0 is None or k0[0] != "burst" or self.samples(k0) >= self._need(k0):
+        if k0 is None or k0[0] != "burst":
             return super().quantile(wl, elapsed, u)
+        floor0 = self._sibling_floor.get(k0, 0.0) if self.sibling_floor else 0.0
+        if self.samples(k0) >= self._need(k0):
+            tail = self._censored_tail(k0, elapsed, u)
+            if tail is None:
+                return super().quantile(wl, elapsed, u)
+            v, last = tail
+            floor = max(elapsed, last, floor0)
+            prev = self._previous_sweep(keys, k0, floor, v)
+            if prev is not None:
+                return max(elapsed, prev)
+            return max(elapsed, self._quantile_keys(wl, keys[1:], floor, v))
         if _rank(wl) >= self.min_rank:
-            prev = self._last_sweep.get(keys[1])
-            if prev is not None and prev != k0:
-                floor = max(elapsed, self._running_max.get(k0, 0.0) if self.sibling_floor else 0.0)
-                xs = self._samples[prev].sorted
-                i = bisect.bisect_right(xs, floor) if floor > 0 else 0
-                if len(xs) - i >= 5:
-                    return max(elapsed, _quantile(xs, u, i))
+            prev = self._previous_sweep(keys, k0, max(elapsed, floor0), u)
+            if prev is not None:
+                return max(elapsed, prev)
         return super().quantile(wl, elapsed, u)  # the sibling floor on the broader keys
+
+    def _censored_tail(self, k0, elapsed: float, u: float) -> Optional[tuple[float, float]]:
+        """Where quantile ``u`` of burst ``k0``'s Kaplan-Meier estimate (given ``elapsed``) lies
+        beyond its longest finished run: (``u`` rescaled within that tail, that run), else None."""
+        s = self._samples[k0]
+        if not s.censored:
+            return None
+        times, surv = s.kaplan_meier()
+        if elapsed >= times[-1]:
+            return None
+        j = bisect.bisect_right(times, elapsed)
+        tail = surv[-1] / (surv[j - 1] if j > 0 else 1.0)  # the mass beyond the longest finished run
+        if tail <= 0.0 or u < 1.0 - tail:
+            return None
+        return (u - (1.0 - tail)) / tail, times[-1]
+
+    def _previous_sweep(self, keys, k0, floor: float, u: float) -> Optional[float]:
+        """Quantile ``u`` of the team's previous sweep's runs longer than ``floor``; None without
+        such a sweep or with fewer than 5 such runs."""
+        prev = self._last_sweep.get(keys[1])
+        if prev is None or prev == k0:
+            return None
+        xs = self._samples[prev].sorted
+        i = bisect.bisect_right(xs, floor) if floor > 0 else 0
+        return _quantile(xs, u, i) if len(xs) - i >= 5 else None
 
 
 def _rank(wl: Workload) -> int:
@@ -224,7 +271,7 @@ def _rank(wl: Workload) -> int:
 
 def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000,
                burst_min_samples: int = 5, sweeps: bool = False, sweep_min_jobs: int = 20,
-               sweep_min_rank: int = 5) -> RuntimeModel:
+               sweep_min_rank: int = 5, sweep_floor_quantile: float = 1.0) -> RuntimeModel:
     """The runtime model ``name`` of ``--runtime-model`` (history | declared | oracle);
     ``sweeps``: the history model is :class:`SweepHistoryRuntime`."""
     declared = DeclaredRuntime(declared_seconds)
@@ -236,7 +283,8 @@ def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, w
         need = max(1, int(burst_min_samples))
         cls, extra = HistoryRuntime, {}
         if sweeps:
-            cls, extra = SweepHistoryRuntime, {"min_jobs": sweep_min_jobs, "min_rank": sweep_min_rank}
+            cls, extra = SweepHistoryRuntime, {"min_jobs": sweep_min_jobs, "min_rank": sweep_min_rank,
+                                               "floor_quantile": sweep_floor_quantile}
         return cls(team_gpu_keys, fallback=declared, window=window,
                    min_samples_for=lambda k: need if k[0] == "burst" else 5, **extra)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
@@ -331,7 +379,8 @@ def eta_report(
     sched = sim.scheduler
     model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window,
                        eta.burst_min_samples, sweeps=eta.sweeps and eta.bursts,
-                       sweep_min_jobs=eta.sweep_min_jobs, sweep_min_rank=eta.sweep_min_rank)
+                       sweep_min_jobs=eta.sweep_min_jobs, sweep_min_rank=eta.sweep_min_rank,
+                       sweep_floor_quantile=eta.sweep_floor_quantile)
     if eta.sibling_floor and isinstance(model, HistoryRuntime):
         model.sibling_floor = True
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))

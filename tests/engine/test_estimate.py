@@ -269,6 +269,33 @@ def test_history_kaplan_meier_with_running_workloads():
     assert m.quantile(w1, 45.0, 0.5) == 90.0
 
 
+def test_history_the_share_still_running_runs_at_least_as_long_as_those_runs_have():
+    # A script's first 5 runs failed at once (30 s); 20 more have run an hour and go on. Up to the
+    # failures' share (5 of 25) a new run fails too; beyond it, it runs at least as long as the
+    # running ones have (their median, 3,600 s here), then as the broader key says (runs of 1-3 h),
+    # or, with no broader key, "as long again" — not a Pareto tail at 30 s.
+    def keys(w):
+        return (("script",), ("team",)) if w.labels.get("script") else (("team",),)
+
+    run = wl("a", "run", 1)
+    run.labels = {"script": "train.py"}
+    for broader in (True, False):
+        m = HistoryRuntime(keys if broader else (lambda w: (("script",),)), min_samples=5)
+        for _ in range(5):
+            m.observe(run, 30.0)
+        if broader:
+            for i in range(10):
+                m.observe(wl("a", f"old{i}", 1), 3600.0 + 800.0 * i)  # 1 h to 3 h
+        m.set_running([(run, 3500.0 + 10.0 * i) for i in range(20)])
+        assert m.quantile(run, 0.0, 0.1) == 30.0
+        for u in (0.3, 0.6, 0.9):
+            q = m.quantile(run, 0.0, u)
+            assert q >= 3590.0, (broader, u, q)  # the median of the running ones: 3,595 s
+            if broader:
+                assert q <= 3600.0 + 800.0 * 9
+        assert m.quantile(run, 0.0, 0.3) <= m.quantile(run, 0.0, 0.6) <= m.quantile(run, 0.0, 0.9)
+
+
 def test_also_started_returns_the_other_pending_workloads_the_run_admitted():
     s = sched_of(make_cq("a", [("a100", 1)]))
     run_at(s, 0.0, wl("a", "r", 1, t=0))
@@ -326,6 +353,19 @@ def test_history_sibling_floor_a_job_runs_at_least_as_long_as_its_longest_runnin
         assert m.quantile(member("s1"), 50.0, 0.5) == (80.0 if not floor else 90.0)
         # the longest-running sibling itself: conditioned on its own elapsed time either way
         assert m.quantile(member("s2"), 70.0, 0.5) == 90.0
+    # the floor at a quantile of the siblings' elapsed times: the median of 50, 70 and 600 s is 70 s
+    m = HistoryRuntime(keys, min_samples_for=lambda k: 5 if k[0] == "burst" else 1, sibling_floor=True,
+                       sibling_floor_quantile=0.5)
+    for r in range(10, 101, 10):
+        m.observe(wl("a", f"old{r}", 1), float(r))
+    m.set_running([(member("s1"), 50.0), (member("s2"), 70.0), (member("s4"), 600.0)])
+    # conditioned on 70 s, as the sibling at 70 s is (the one at 600 s censored: 100 s, not 90)
+    assert m.quantile(member("s3"), 0.0, 0.5) == m.quantile(member("s2"), 70.0, 0.5) == 100.0
+    m.sibling_floor_quantile = 1.0  # the longest: 600 s, beyond every run of the key ("as long again")
+    m.set_running([(member("s1"), 50.0), (member("s2"), 70.0), (member("s4"), 600.0)])
+    assert m.quantile(member("s3"), 0.0, 0.5) >= 600.0
+    with pytest.raises(ValueError, match="sibling_floor_quantile"):
+        HistoryRuntime(keys, sibling_floor_quantile=1.5)
     # once the sweep has enough finished runs of its own, they answer (with the running ones censored)
     for r in (200.0, 210.0, 220.0, 230.0, 240.0):
         m.observe(member("done"), r)
