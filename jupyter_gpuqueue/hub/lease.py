@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import quote
 
 from .config import (API_PATH, LEASE_KIND, REQUEST_KEYS, GpuQueueSpawnError, GpuQueueSpawnRefused, goes_on_without_gpus,
@@ -249,6 +250,47 @@ class HubLease:
         self.done = True
         self._drop_token()
         self.changed.set()
+
+
+async def watch_lease(lease: HubLease, interval: float, stopping: Callable[[], bool], log: Any,
+                      name: str) -> Optional[str]:
+    """Look at the lease of a running server every ``interval`` seconds until it ends; returns why
+    the server must stop now: the lease's end has come (the ``evictionDeadline`` of a preemption
+    warning, or its maximum lease time: :func:`lease_end`, slept to exactly), or the queue ended
+    it (its message or state; "unknown to the queue"). Returns None when the server is not to be
+    stopped here: the lease was released (``lease.done``), the server is being stopped
+    (``stopping()``), or the lease ended as an idle release that keeps the server
+    (:func:`goes_on_without_lease`; the lease is then forgotten, :func:`keep_server_without_lease`).
+    An unreachable queue is logged and looked at again. ``name``: the server, for the log."""
+    while not lease.done and not stopping():
+        try:
+            w = await lease.refresh()
+        except GpuQueueSpawnError as e:
+            log.warning("gpuqueue: cannot check the lease of %s: %s", name, e)
+            await asyncio.sleep(interval)
+            continue
+        if lease.done or stopping():
+            return None
+        if w is None or w.get("state") != "Running":
+            if goes_on_without_lease(w):
+                keep_server_without_lease(lease, w, log, name)
+                return None
+            return (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
+        end = lease_end(w)
+        left = end - time.time() if end is not None else math.inf
+        if left <= 0:
+            return "its preemption grace period is over" if w.get("evictionDeadline") else "its maximum lease time is over"
+        await asyncio.sleep(min(interval, left))
+    return None
+
+
+def keep_server_without_lease(lease: HubLease, w: dict, log: Any, name: str) -> None:
+    """The lease ended as an idle release that keeps the server: forget it, keep the server."""
+    log.info("gpuqueue: the GPU lease %s/%s of %s was released as idle (%s): the server goes on "
+             "without its GPUs", w.get("namespace"), w.get("name"), name, w.get("message") or "")
+    lease.done = True
+    lease._drop_token()
+    lease.changed.set()
 
 
 def goes_on_without_lease(workload: Optional[dict]) -> bool:

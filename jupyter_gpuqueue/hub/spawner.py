@@ -19,7 +19,7 @@ Two ways to use it (``jupyterhub_config/local/spawner.py``, ``jupyterhub_config/
   ``gpuqueue_admission_timeout`` bounds the wait (0: until admitted or cancelled). JupyterHub
   cannot stop a pending spawn: deleting the pending lease in the queue fails the spawn instead.
 - ``gpuqueue_pre_spawn_hook`` / ``gpuqueue_post_stop_hook`` for a Spawner you cannot subclass
-  (same queueing, no queue position in the progress stream).
+  (same queueing and lease watch, no queue position in the progress stream).
 
 **Identity.** The hub does not impersonate anyone: for every lease it creates an API token *of the
 user* (``User.new_api_token``) with only ``gpuqueue_token_scopes``
@@ -33,13 +33,12 @@ replaces this with one fixed token (a queue that is not a hub service; tests).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from typing import Any, Optional
 
 from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig, GpuQueueSpawnRefused, queue_url, setting
-from .lease import (HubLease, QueueClient, _delete_user_token, _new_user_token, goes_on_without_lease, lease_end,
-                    lease_environment)
+from .lease import (HubLease, QueueClient, _delete_user_token, _new_user_token, goes_on_without_lease,
+                    keep_server_without_lease, lease_environment, watch_lease)
 from .profiles import lease_request_for, profile_needs_gpu, profiles_form
 
 NO_TEAM_NOTE = (
@@ -66,8 +65,12 @@ def _request_for(spawner: Any) -> Optional[dict]:
 
 async def gpuqueue_pre_spawn_hook(spawner: Any) -> None:
     """``c.Spawner.pre_spawn_hook``: queue the server for its GPU and wait until admitted, then put
-    the devices in ``spawner.environment``. The lease is kept as ``spawner.gpuqueue_lease``. No GPU
-    requested: nothing happens. Raises GpuQueueSpawnError (the spawn fails with its message)."""
+    the devices in ``spawner.environment``. The lease is kept as ``spawner.gpuqueue_lease``, and
+    watched while the server runs (``gpuqueue_lease_watch_interval``, as the mixin does): when it
+    ends — its preemption grace period or maximum lease time over, released by the queue (an
+    idle reclaim under ``onIdle: "stop"``, an admin) — the hub stops the server (``User.stop``,
+    which runs ``post_stop_hook``), so that no two users share its GPU. No GPU requested: nothing
+    happens. Raises GpuQueueSpawnError (the spawn fails with its message)."""
     request = _request_for(spawner)
     if not request:
         return
@@ -75,6 +78,28 @@ async def gpuqueue_pre_spawn_hook(spawner: Any) -> None:
     spawner.gpuqueue_lease = lease
     w = await lease.acquire()
     spawner.environment = {**(spawner.environment or {}), **lease_environment(w)}
+    interval = float(setting(spawner, "gpuqueue_lease_watch_interval") or 0)
+    if interval > 0:
+        asyncio.ensure_future(_watch_plain(spawner, lease, interval))
+
+
+async def _watch_plain(spawner: Any, lease: HubLease, interval: float) -> None:
+    """The plain hooks' lease watch: once the server is up, stop it through the hub when its lease
+    ends (:func:`~.lease.watch_lease`)."""
+    try:
+        while not lease.done and spawner.pending == "spawn":
+            await asyncio.sleep(min(interval, 0.5))
+        if lease.done or not spawner.ready:
+            return  # the spawn failed (its stop released the lease), or the server stops already
+        why = await watch_lease(lease, interval, lambda: spawner.pending == "stop", spawner.log, spawner._log_name)
+        if why is None or spawner.pending == "stop":
+            return
+        spawner.log.info("gpuqueue: the GPU lease of %s ends (%s): stopping the server", spawner._log_name, why)
+        lease.done = True  # the queue releases it; post_stop_hook has nothing left to release
+        lease._drop_token()
+        await spawner.user.stop(spawner.name)
+    except Exception:  # logged: the lease's maximum time still ends it in the queue
+        spawner.log.exception("gpuqueue: watching the lease of %s failed", spawner._log_name)
 
 
 async def gpuqueue_post_stop_hook(spawner: Any) -> None:
@@ -263,31 +288,9 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             self.log.exception("gpuqueue: watching the lease of %s failed", self._log_name)
 
     async def _gpuqueue_watch_lease(self, lease: HubLease) -> None:
-        interval = self.gpuqueue_lease_watch_interval
-        while not lease.done and not self._gpuqueue_stopping:
-            try:
-                w = await lease.refresh()
-            except GpuQueueSpawnError as e:
-                self.log.warning("gpuqueue: cannot check the lease of %s: %s", self._log_name, e)
-                await asyncio.sleep(interval)
-                continue
-            if lease.done or self._gpuqueue_stopping:
-                return
-            if w is None or w.get("state") != "Running":
-                if goes_on_without_lease(w):
-                    self._gpuqueue_goes_on(lease, w)
-                    return
-                why = (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
-                break
-            end = lease_end(w)
-            left = end - time.time() if end is not None else math.inf
-            if left <= 0:
-                why = "its preemption grace period is over" if w.get("evictionDeadline") else "its maximum lease time is over"
-                break
-            await asyncio.sleep(min(interval, left))
-        else:
-            return
-        if self._gpuqueue_stopping:
+        why = await watch_lease(lease, self.gpuqueue_lease_watch_interval, lambda: self._gpuqueue_stopping,
+                                self.log, self._log_name)
+        if why is None or self._gpuqueue_stopping:
             return
         self.log.info("gpuqueue: the GPU lease of %s ends (%s): stopping the server", self._log_name, why)
         lease.done = True  # the queue releases it; the hub's next poll finds the server stopped
@@ -325,12 +328,7 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         return status
 
     def _gpuqueue_goes_on(self, lease: HubLease, w: dict) -> None:
-        """The lease ended as an idle release that keeps the server: forget it, keep the server."""
-        self.log.info("gpuqueue: the GPU lease %s/%s of %s was released as idle (%s): the server goes on "
-                      "without its GPUs", w.get("namespace"), w.get("name"), self._log_name, w.get("message") or "")
-        lease.done = True
-        lease._drop_token()
-        lease.changed.set()
+        keep_server_without_lease(lease, w, self.log, self._log_name)
 
     async def _gpuqueue_release(self, lease: Optional[HubLease], why: str) -> None:
         if lease is None or lease.done:

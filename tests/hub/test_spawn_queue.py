@@ -274,6 +274,7 @@ c.GpuQueueSpawnerConfig.gpuqueue_url = (
     f"http://127.0.0.1:{os.environ['GPUQUEUE_SERVICE_PORT']}/services/gpuqueue/")
 c.GpuQueueSpawnerConfig.gpuqueue_request = {"migProfile": "1g.10gb"}
 c.GpuQueueSpawnerConfig.gpuqueue_poll_interval = 0.5
+c.GpuQueueSpawnerConfig.gpuqueue_lease_watch_interval = 0.5
 """
 
 
@@ -289,11 +290,23 @@ def hook_hub(tmp_path_factory):
     stop_hub(h)
 
 
-def test_plain_hooks_queue_any_spawner_and_release_on_stop(hook_hub):
+def test_plain_hooks_queue_any_spawner_stop_its_server_when_the_lease_ends_and_release_on_stop(hook_hub):
     token = hook_hub.token_for("bob")
     hook_hub.start_server("bob")
-    (lease,) = _leases(hook_hub, token)
-    assert lease["state"] == "Running" and lease["namespace"] == "team-b"
+    (first,) = _leases(hook_hub, token)
+    assert first["state"] == "Running" and first["namespace"] == "team-b"
+    # The lease ends in the queue (here released there by its owner; a preemption's grace period,
+    # the maximum lease time and an idle reclaim under onIdle "stop" end it alike): the hook's watch
+    # has the hub stop the server, so that nobody else is given the GPU it still holds.
+    r = hook_hub.queue("DELETE", f"workloads/team-b/{first['name']}", token)
+    assert r.status_code == 200, r.text
+    _wait(lambda: not (hook_hub.api("GET", "users/bob").json().get("servers") or {}).get(""), 10,
+          "bob's server still runs after its lease ended", hook_hub)
+    assert "GPU lease of bob ends (" in hook_hub.log_tail(200)
+
+    hook_hub.start_server("bob")
+    (lease,) = [w for w in _leases(hook_hub, token) if w["state"] == "Running"]
+    assert lease["name"] != first["name"]
     assert lease["podSets"][0]["requests"] == {"nvidia.com/mig-1g.10gb": "1"}
     env = _server_env(hook_hub, "bob")
     assert env["CUDA_VISIBLE_DEVICES"] == lease["visibleDevices"] and env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
