@@ -29,4 +29,7 @@ if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
   npm install --silent --no-audit --no-fund --prefix .ci-node configurable-http-proxy
 fi
 export PATH="$PWD/.ci-node/node_modules/.bin:$PATH"
-exec .venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist), each taking whole test files (their hubs, control planes and servers
+# are per module): most of the suite waits on processes, not on the CPU, so two halve its time on
+# this 2-core machine. GPUQUEUE_TEST_WORKERS=0 runs it in one process.
+exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -131,7 +131,7 @@ class GpuQueueSpawnerConfig(LoggingConfigurable):
         help="""Seconds a lease whose server stopped is retried for release while the queue does
         not answer (at hub start the queue service starts after the spawners are checked; at hub
         shutdown it stops before them). The queue service also ends, when it starts, the leases
-        whose own server is gone. 0: tried once more, a second later.""",
+        whose own server is gone. 0: not retried (that reconcile ends it).""",
     ).tag(config=True)
 
     gpuqueue_lease_watch_interval = Float(

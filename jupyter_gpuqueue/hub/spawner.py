@@ -344,7 +344,10 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         """Release ``lease`` in the background, retrying while the queue does not answer (for
         ``gpuqueue_release_retry_seconds``): at hub start the queue service starts after the
         spawners are checked. The queue service also ends, when it starts, the leases whose
-        own server is gone (hub/reconcile.py)."""
+        own server is gone (hub/reconcile.py); with ``gpuqueue_release_retry_seconds`` 0 only that
+        does."""
+        if float(self.gpuqueue_release_retry_seconds) <= 0:
+            return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
