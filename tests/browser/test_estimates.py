@@ -142,9 +142,17 @@ async def open_palette(page):
 async def use_theme(page, name: str, light: bool, settle_ms: int = 500) -> None:
     """Switch JupyterLab's theme from the command palette (:func:`open_palette`), as a user would;
     then wait ``settle_ms`` for the theme's CSS variables to settle."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+
     palette = await open_palette(page)
     await palette.locator("input").fill(name, timeout=5000)
-    await palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first.click()
+    item = palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first
+    try:
+        await item.click(timeout=10000)
+    except PlaywrightTimeoutError:
+        # On a busy page the click can land while Playwright still retries it (the theme changes,
+        # the palette closes, the item is gone): the theme attribute below is what tells.
+        pass
     await page.locator(f'body[data-jp-theme-light="{"true" if light else "false"}"]').wait_for(state="attached")
     await page.wait_for_timeout(settle_ms)
 
