@@ -20,7 +20,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import requests
+
+from jupyter_gpuqueue.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 ZYGOTE = HERE / "server_zygote.py"
@@ -56,12 +57,6 @@ c.GpuQueueApp.state_dir = {state!r}
 c.GpuQueueApp.standalone_user = "alice"
 c.GpuQueueApp.cycle_interval = {cycle_interval!r}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpuqueue.errors import GpuQueueError
+from jupyter_gpuqueue.ports import free_port
 
 SCRIPT = Path(sys.executable).parent / "jupyter-gpuqueue"
 # The console script once `pip install -e .` has run; else the same main() through -m.
@@ -183,9 +183,7 @@ def test_jupyter_dispatches_to_the_console_script():
 
 
 def test_unreachable_server_is_a_clear_error():
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     env = {**os.environ, "GPUQUEUE_URL": f"http://127.0.0.1:{port}/", "GPUQUEUE_TOKEN": "x"}
     r = run("list", env=env)
     assert r.returncode == 2 and "cannot reach" in r.stderr and r.stdout == ""

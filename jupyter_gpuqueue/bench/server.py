@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,16 +26,10 @@ from typing import Optional
 
 import requests
 
+from ..ports import free_port
 from . import stream
 
 API = "gpuqueue/api/"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def client_session(**kwargs):

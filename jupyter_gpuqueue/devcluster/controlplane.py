@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -35,6 +34,7 @@ from pathlib import Path
 from . import assets, pki
 from .objects import ClusterObjects
 from .pdeathsig import pdeathsig_preexec
+from ..ports import free_port
 
 _LIVE: set["_Proc"] = set()
 _LIVE_LOCK = threading.Lock()
@@ -62,13 +62,6 @@ def _pdeathsig_preexec():
     if threading.current_thread() is not threading.main_thread():
         return None
     return pdeathsig_preexec()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 30) -> str:

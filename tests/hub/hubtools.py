@@ -24,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import requests
+
+from jupyter_gpuqueue.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = REPO / "jupyterhub_config" / "local" / "jupyterhub_config.py"
@@ -47,12 +48,6 @@ def chp_path() -> Optional[str]:
     return shutil.which("configurable-http-proxy") or shutil.which(
         "configurable-http-proxy", path=str(LOCAL_CHP_BIN)
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

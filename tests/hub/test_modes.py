@@ -4,12 +4,12 @@ the service, and the validation of teams from groups. (The hub itself: test_hub_
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpuqueue.errors import ValidationError
+from jupyter_gpuqueue.ports import free_port
 from jupyter_gpuqueue.server.app import resolve_mode
 from jupyter_gpuqueue.server.forward import Forwarder
 from jupyter_gpuqueue.server.hub_groups import HubGroups
@@ -111,9 +111,7 @@ def test_group_teams_resolve_local_queues(gpuqueue_service):
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture

@@ -1,0 +1,48 @@
+"""``free_port()``: a TCP port on 127.0.0.1 for a server about to be started (the development
+control plane's components, the benchmarks' servers, the tests' hubs and servers).
+
+Not from the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``, 32768–60999 by
+default on Linux): a port found there by binding to port 0 and closing can be taken by any
+outgoing connection before the server binds it — seen with the test suite in two workers ("port
+59621 is already in use", a hub's service that never came up). A random port below that range
+instead, checked free by binding it; two processes picking at once collide only if they draw the
+same one of some 12,000 ports at the same moment.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+LOW = 20000  # below: well-known and registered services people run on their machines
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split()[:2])
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(attempts: int = 200) -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range (see the
+    module docstring); the kernel's choice (bind to port 0) if none is found in ``attempts``."""
+    lo, hi = _ephemeral_range()
+    span = (LOW, lo) if lo - LOW >= 1000 else (hi + 1, 65536)
+    rng = random.SystemRandom()
+    for _ in range(attempts):
+        port = rng.randrange(*span)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+__all__ = ["free_port"]
