@@ -229,6 +229,18 @@ class _Samples:
                 surv.append(S)
             self.km = (times, surv)
         return self.km
+    def censored_share(self, elapsed: float) -> float:
+        """Of the workloads that ran longer than ``elapsed``, the share that still runs beyond the
+        longest finished run (Kaplan-Meier's mass there): 0 without censored runs or when
+        ``elapsed`` is beyond every finished run."""
+        if not self.censored:
+            return 0.0
+        times, surv = self.kaplan_meier()
+        if elapsed >= times[-1]:
+            return 0.0
+        j = bisect.bisect_right(times, elapsed)
+        return surv[-1] / (surv[j - 1] if j > 0 else 1.0)
+
     def tail_mean(self, start: int) -> float:
         if self.sums is None:
             sums = list(itertools.accumulate(reversed(self.sorted)))
@@ -369,8 +381,7 @@ class HistoryRuntime:
                 return max(elapsed, self._quantile_keys(wl, keys[1:], floor, u))
         return self._quantile_keys(wl, keys, elapsed, u)
 
-    def _quantile_keys(self, wl: Workload, keys, elapsed: float, u: float) -> float:
-        keys = tuple(keys)
+    def _quantile_keys(self, wl: Workload, keys: Sequence[Hashable], elapsed: float, u: float) -> float:
         for ki, k in enumerate(keys):
             need = self._need(k)
             s = self._samples.get(k)
@@ -401,7 +412,8 @@ class HistoryRuntime:
             # median of those has so far, and the broader keys (then "as long again") say how
             # much longer. (A Pareto tail at the longest finished run said a job of a sweep whose
             # first five runs failed at once would fail too, while the other twenty ran for hours.)
-            v = (u - (1 - surv[-1] / s_e)) / max(surv[-1] / s_e, 1e-9)
+            tail = s.censored_share(elapsed)
+            v = (u - (1 - tail)) / max(tail, 1e-9)
             last = max(elapsed, times[-1])
             cs = s.censored
             c = bisect.bisect_right(cs, last)

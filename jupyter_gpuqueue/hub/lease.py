@@ -240,6 +240,12 @@ class HubLease:
             raise
         return self.workload
 
+    def forget(self) -> None:
+        """The queue ended the lease itself (or let its server go on without it): nothing is left
+        to release; mark it done and delete its token."""
+        self.done = True
+        self._drop_token()
+
     async def release(self) -> None:
         """Release the lease (idempotent; a lease the queue no longer has is fine)."""
         if self.key is None or self.done:
@@ -288,8 +294,7 @@ def keep_server_without_lease(lease: HubLease, w: dict, log: Any, name: str) -> 
     """The lease ended as an idle release that keeps the server: forget it, keep the server."""
     log.info("gpuqueue: the GPU lease %s/%s of %s was released as idle (%s): the server goes on "
              "without its GPUs", w.get("namespace"), w.get("name"), name, w.get("message") or "")
-    lease.done = True
-    lease._drop_token()
+    lease.forget()
     lease.changed.set()
 
 

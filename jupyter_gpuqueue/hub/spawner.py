@@ -95,8 +95,7 @@ async def _watch_plain(spawner: Any, lease: HubLease, interval: float) -> None:
         if why is None or spawner.pending == "stop":
             return
         spawner.log.info("gpuqueue: the GPU lease of %s ends (%s): stopping the server", spawner._log_name, why)
-        lease.done = True  # the queue releases it; post_stop_hook has nothing left to release
-        lease._drop_token()
+        lease.forget()  # the queue releases it; post_stop_hook has nothing left to release
         await spawner.user.stop(spawner.name)
     except Exception:  # logged: the lease's maximum time still ends it in the queue
         spawner.log.exception("gpuqueue: watching the lease of %s failed", spawner._log_name)
@@ -293,8 +292,7 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         if why is None or self._gpuqueue_stopping:
             return
         self.log.info("gpuqueue: the GPU lease of %s ends (%s): stopping the server", self._log_name, why)
-        lease.done = True  # the queue releases it; the hub's next poll finds the server stopped
-        lease._drop_token()
+        lease.forget()  # the queue releases it; the hub's next poll finds the server stopped
         await super().stop(now=True)
 
     async def poll(self):
@@ -313,22 +311,18 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             self.log.warning("gpuqueue: cannot check the lease of %s: %s", self._log_name, e)
             return status
         if goes_on_without_lease(w):
-            self._gpuqueue_goes_on(lease, w)
+            keep_server_without_lease(lease, w, self.log, self._log_name)
             return status
         if w is None or w.get("state") != "Running":
             why = (w or {}).get("message") or (w or {}).get("state") or "unknown to the queue"
             self.log.info("gpuqueue: the GPU lease of %s ended (%s): stopping the server", self._log_name, why)
-            lease.done = True
-            lease._drop_token()
+            lease.forget()
             await super().stop(now=True)
             return 0
         # A server restored after a hub restart (load_state) was not started here: its lease is
         # watched from its first poll on.
         self._gpuqueue_start_watch(lease)
         return status
-
-    def _gpuqueue_goes_on(self, lease: HubLease, w: dict) -> None:
-        keep_server_without_lease(lease, w, self.log, self._log_name)
 
     async def _gpuqueue_release(self, lease: Optional[HubLease], why: str) -> None:
         if lease is None or lease.done:

@@ -240,16 +240,10 @@ class SweepHistoryRuntime(HistoryRuntime):
         """Where quantile ``u`` of burst ``k0``'s Kaplan-Meier estimate (given ``elapsed``) lies
         beyond its longest finished run: (``u`` rescaled within that tail, that run), else None."""
         s = self._samples[k0]
-        if not s.censored:
-            return None
-        times, surv = s.kaplan_meier()
-        if elapsed >= times[-1]:
-            return None
-        j = bisect.bisect_right(times, elapsed)
-        tail = surv[-1] / (surv[j - 1] if j > 0 else 1.0)  # the mass beyond the longest finished run
+        tail = s.censored_share(elapsed)  # the mass beyond the longest finished run
         if tail <= 0.0 or u < 1.0 - tail:
             return None
-        return (u - (1.0 - tail)) / tail, times[-1]
+        return (u - (1.0 - tail)) / tail, s.sorted[-1]
 
     def _previous_sweep(self, keys, k0, floor: float, u: float) -> Optional[float]:
         """Quantile ``u`` of the team's previous sweep's runs longer than ``floor``; None without

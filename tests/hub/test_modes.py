@@ -110,14 +110,10 @@ def test_group_teams_resolve_local_queues(gpuqueue_service):
 # -- a server in hub-client mode whose service is unreachable or not configured --------------------
 
 
-def _closed_port() -> int:
-    return free_port()
-
-
 @pytest.fixture
 def client_mode(gpuqueue_config, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "server-token")
-    gpuqueue_config.update(mode="hub-client", service_url=f"http://127.0.0.1:{_closed_port()}/services/gpuqueue/")
+    gpuqueue_config.update(mode="hub-client", service_url=f"http://127.0.0.1:{free_port()}/services/gpuqueue/")
     return gpuqueue_config
 
 
