@@ -154,9 +154,18 @@ async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_ur
             await dev.get_by_role("button", name="Apply").click()
             await expect(dev.locator('.jp-gpuqueue-field-error[data-field="value"]')).to_contain_text(
                 "maximum allowed value of a user defined priority is 1000000000")
+            # an unsaved edit in another row survives the view's reload after this apply
+            other = panel.locator('[data-admin-priority-class]:not([data-admin-priority-class="development"])').first
+            other_description = other.locator('[data-admin-field="description"]')
+            await other_description.fill("a draft, not applied")
             await dev.locator('input[data-admin-field="value"]').fill("1500")
             await dev.get_by_role("button", name="Apply").click()
             await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text("PriorityClass development")
+            total = (await api(jp_fetch, "admin", "audit"))["total"]
+            # the view has reloaded (its audit count is the new one)
+            await expect(panel.locator('[data-admin-tab="audit"]')).to_have_text(f"Audit ({total})")
+            await expect(other_description).to_have_value("a draft, not applied")
+            await expect(other.get_by_role("button", name="Apply")).to_be_enabled()
             await page.screenshot(path=str(SCREENSHOT_DIR / "admin-priorities.png"))
             await panel.locator('[data-admin-tab="prices"]').click()
             l4 = panel.locator('tr[data-price-flavor="nvidia-l4"] input')

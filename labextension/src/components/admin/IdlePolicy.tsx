@@ -11,6 +11,7 @@ import * as React from 'react';
 
 import { ApiError, IIdlePolicies, IIdlePolicy } from '../../api';
 import { QueueModel } from '../../model';
+import { useResetOnChange } from './useResetOnChange';
 
 type Field = keyof IIdlePolicy;
 type Draft = Record<Field, string>;
@@ -142,10 +143,7 @@ function TeamIdlePolicy(props: {
   const [apiErrors, setApiErrors] = React.useState<Partial<Record<Field, string>>>({});
   const [formError, setFormError] = React.useState<string | null>(null);
   const [busy, setBusy] = React.useState(false);
-  const signature = JSON.stringify(team);
-  React.useEffect(() => {
-    setDraft(draftOf(team.policy));
-  }, [signature]);
+  useResetOnChange(JSON.stringify(team), () => setDraft(draftOf(team.policy)));
 
   const original = draftOf(team.policy);
   const dirty =

@@ -6,6 +6,7 @@ import * as React from 'react';
 
 import { ApiError, IAdminPriorityClass, IAdminPrices } from '../../api';
 import { QueueModel } from '../../model';
+import { useResetOnChange } from './useResetOnChange';
 
 function PriorityRow(props: {
   model: QueueModel;
@@ -17,10 +18,10 @@ function PriorityRow(props: {
   const [description, setDescription] = React.useState(pc.description);
   const [error, setError] = React.useState<{ field: string; message: string } | null>(null);
   const [busy, setBusy] = React.useState(false);
-  React.useEffect(() => {
+  useResetOnChange(JSON.stringify(pc), () => {
     setValue(String(pc.value));
     setDescription(pc.description);
-  }, [pc]);
+  });
   const dirty = value.trim() !== String(pc.value) || description !== pc.description;
 
   const apply = async () => {
@@ -137,10 +138,10 @@ export function PricesEditor(props: {
   const [fallback, setFallback] = React.useState(String(prices.default));
   const [errors, setErrors] = React.useState<Record<string, string>>({});
   const [busy, setBusy] = React.useState(false);
-  React.useEffect(() => {
+  useResetOnChange(JSON.stringify(prices), () => {
     setDraft(initial);
     setFallback(String(prices.default));
-  }, [initial]);
+  });
 
   const save = async () => {
     const flavors: Record<string, number> = {};

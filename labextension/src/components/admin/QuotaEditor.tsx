@@ -10,6 +10,7 @@ import * as React from 'react';
 
 import { ApiError, IAdminClusterQueue, IAdminQuota, IQuotaPatch } from '../../api';
 import { QueueModel } from '../../model';
+import { useResetOnChange } from './useResetOnChange';
 
 type QuotaField = 'nominalQuota' | 'borrowingLimit' | 'lendingLimit';
 const FIELDS: QuotaField[] = ['nominalQuota', 'borrowingLimit', 'lendingLimit'];
@@ -134,10 +135,10 @@ export function ClusterQueueEditor(props: {
   // Reset the form when the ClusterQueue itself changed (another admin, or our own apply), not
   // when the admin view merely refetched the same configuration: unsaved edits survive a reload.
   const signature = React.useMemo(() => JSON.stringify(cq), [cq]);
-  React.useEffect(() => {
+  useResetOnChange(signature, () => {
     setDraft(draftOf(cq));
     setCohort(cq.cohort ?? '');
-  }, [signature]);
+  });
 
   const original = React.useMemo(() => draftOf(cq), [cq]);
   const changedRows = cq.resources.filter(r =>
