@@ -243,6 +243,7 @@ async def test_a_fractional_gpu_quota_is_refused_and_quota_above_the_hardware_is
             await expect(error).to_contain_text("is counted in whole GPUs")
             await expect(nominal).to_have_class(re.compile("jp-mod-invalid"))
             await expect(apply).to_be_disabled()
+            await expect(apply).to_have_css("opacity", "0.5")  # and looks it (JupyterLab's styles do not)
             await error.scroll_into_view_if_needed()
             await page.screenshot(path=str(SCREENSHOT_DIR / "admin-quota-fraction.png"))
 
