@@ -229,6 +229,7 @@ class _Samples:
                 surv.append(S)
             self.km = (times, surv)
         return self.km
+
     def censored_share(self, elapsed: float) -> float:
         """Of the workloads that ran longer than ``elapsed``, the share that still runs beyond the
         longest finished run (Kaplan-Meier's mass there): 0 without censored runs or when
