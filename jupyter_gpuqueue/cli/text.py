@@ -169,8 +169,9 @@ def queues_text(q: dict) -> str:
             )
             lines.extend("  " + line for line in table.splitlines())
         for p in cq.get("pending") or []:
+            who = f"{p['namespace']}/{p['name']}" if p.get("name") else f"{p['namespace']}/(another team's)"
             lines.append(
-                f"  #{int(p.get('positionInClusterQueue', 0)) + 1} {p['namespace']}/{p['name']} "
+                f"  #{int(p.get('positionInClusterQueue', 0)) + 1} {who} "
                 f"({p.get('owner') or '?'}, priority {p.get('priority')}): {p.get('reason') or ''}"
             )
     lqs = q.get("localQueues") or []

@@ -387,6 +387,18 @@ class GpuQueueApp(ExtensionApp):
         (and with both empty every user may use every LocalQueue).""",
     ).tag(config=True)
 
+    workload_visibility = CaselessStrEnum(
+        ["team", "all"],
+        default_value="team",
+        help="""Whose workloads a user who is not a queue admin sees. "team": their own and their
+        teams' (the namespaces of the LocalQueues they may submit to): another team's are left out
+        of the workload list, the event stream and the jobs / users reports, answered 404 by name,
+        and anonymised in the queues' pending lists and the devices' holders (namespace kept; name
+        and owner null). "all": every workload, names and owners included. Without a team mapping
+        (user_local_queues and group_local_queues empty) every user sees every workload.
+        docs/rest-api.md, "Who sees what".""",
+    ).tag(config=True)
+
     # -- jobs as their owners (issue 16; docs/security.md) ----------------------------------------
 
     run_jobs_as_owner = Bool(
@@ -551,6 +563,7 @@ class GpuQueueApp(ExtensionApp):
                 raise ValidationError("must be > 0 seconds", "estimate_min_interval")
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)
             service.estimates.min_interval = float(self.estimate_min_interval)
+            service.teams.set_visibility(self.workload_visibility.lower())
             self._use_stored_config(service)
             service.idle.configure(dict(self.idle_policy), minimum_timeout=self.idle_timeout_minimum_seconds)
             if mode == "hub-service":
@@ -674,7 +687,8 @@ class GpuQueueApp(ExtensionApp):
         if service is None or self._service_started:
             return
         await service.start()
-        install_global(service)  # the server's /metrics reports this queue (metrics.py)
+        if service.mode != "hub-service":  # there every hub user could read /metrics: gpuqueue/metrics only
+            install_global(service)  # the server's /metrics reports this queue (metrics.py)
         self._service_started = True
         if self.freeze_gc_after_start:
             import gc

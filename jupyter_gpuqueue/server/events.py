@@ -3,7 +3,9 @@
 Server → client JSON text messages (docs/rest-api.md, "Event"):
 
 - ``{"type": "hello", "user": "alice"}`` once, on connect;
-- ``{"type": "workload", "workload": Workload}`` on every state, position, reason or admission change;
+- ``{"type": "workload", "workload": Workload}`` on every state, position, reason or admission change
+  (of the workloads the client sees: its teams' and its own, unless it sees all;
+  ``service/visibility.py``);
 - ``{"type": "queues"}`` / ``{"type": "inventory"}``: something changed, refetch;
 - ``{"type": "batch", "events": [Event, ...]}``: several of the above, in the order they happened
   (only to clients that connect with ``?batch=1``);
@@ -116,6 +118,7 @@ class EventBroadcaster:
             pass
         events, self._events = self._events, []
         parts, admin_parts = [], []
+        wheres: list[Optional[tuple[str, Optional[str]]]] = []  # per part: a workload's (namespace, owner)
         admins = any(getattr(c, "gpuqueue_admin", False) for c in self.clients)
         for event in events:
             try:
@@ -126,6 +129,9 @@ class EventBroadcaster:
                     admin_parts.append(text if revealed is None else json.dumps(revealed))
             except (TypeError, ValueError):
                 self.log.exception("gpuqueue: dropping an event that is not JSON: %r", event)
+                continue
+            wl = event.get("workload") if event.get("type") == "workload" else None
+            wheres.append((wl.get("namespace", ""), wl.get("owner")) if isinstance(wl, dict) else None)
         if not parts:
             return
 
@@ -136,14 +142,46 @@ class EventBroadcaster:
         admin_batch = batch_of(admin_parts) if admins and admin_parts != parts else batch
         if admin_batch is batch:
             admin_parts = parts
+        # Who sees what (service/visibility.py): a client that does not see every team gets the
+        # events of its teams and its own workloads; one selection per (teams, user), made once.
+        viewers: dict[str, Any] = {}
+        selections: dict[Any, tuple[list[str], str]] = {}
+        teams = getattr(self.service, "teams", None)
+        by_owner: dict[Optional[str], list[str]] = {}  # owner -> the namespaces of its workloads' events
+        for w in wheres:
+            if w is not None:
+                by_owner.setdefault(w[1], []).append(w[0])
         frames: dict[str, bytes] = {}  # text -> its frame, made for the first client that needs it
         for client in list(self.clients):
             admin = admins and getattr(client, "gpuqueue_admin", False)
-            for text in (((admin_batch if admin else batch),) if client.batches else (admin_parts if admin else parts)):
+            ps, b = (admin_parts, admin_batch) if admin else (parts, batch)
+            if not admin and by_owner and teams is not None:
+                user = getattr(client, "gpuqueue_user", "")
+                viewer = viewers.get(user)
+                if viewer is None:
+                    viewer = viewers[user] = teams.viewer(user)
+                if viewer.namespaces is not None:
+                    ps, b = _selection(viewer, parts, wheres, by_owner, selections, batch_of)
+                    if not ps:
+                        continue
+            for text in ((b,) if client.batches else ps):
                 frame = frames.get(text)
                 if frame is None:
                     frame = frames[text] = text_frame(text)
                 client._write_frame(frame)
+
+def _selection(viewer: Any, parts: list[str], wheres: list, by_owner: dict, selections: dict,
+               batch_of: Any) -> tuple[list[str], str]:
+    """The parts (and their batch) ``viewer`` sees, cached in ``selections`` by its teams, and by
+    its user as well where it owns a workload of another team (it sees its own)."""
+    ns = viewer.namespaces
+    own = any(n not in ns for n in by_owner.get(viewer.user, ()))
+    key = (ns, viewer.user) if own else ns
+    hit = selections.get(key)
+    if hit is None:
+        ps = [p for p, w in zip(parts, wheres) if w is None or viewer.sees(*w)]
+        hit = selections[key] = (ps, batch_of(ps) if ps else "")
+    return hit
 
 
 def _revealed(service: Any, event: dict) -> Optional[dict]:

@@ -29,6 +29,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..errors import GpuQueueError, NotFound, PayloadTooLarge, TooManyRequests, ValidationError
+from ..service.visibility import Viewer
 from .openapi import OPENAPI_PATH, openapi_json, openapi_text  # noqa: F401 (OPENAPI_PATH: tests)
 from .scopes import ADMIN_SCOPE, HUB_SCOPES_KEY, SUBMIT_SCOPE, has_scope, require_scope
 from .validation import check_body
@@ -155,6 +156,23 @@ class GpuQueueHandler(APIHandler):
         """The queue user name of this request (see :func:`resolve_user`)."""
         return resolve_user(self)
 
+    @property
+    def viewer(self) -> Viewer:
+        """What this request's user sees of other people's workloads (service/visibility.py):
+        everything for a queue admin, else :meth:`Teams.viewer`."""
+        if has_scope(self, ADMIN_SCOPE):
+            return Viewer(self.user)
+        return self.service.teams.viewer(self.user)
+
+    def check_visible(self, namespace: str, name: str) -> None:
+        """NotFound (404, field ``name``) unless this user sees ``namespace/name`` (or it does not
+        exist: NotFound too): another team's workload is answered as a missing one everywhere it is
+        named (service/visibility.py)."""
+        viewer = self.viewer
+        if not viewer.sees_all:
+            rec = self.service.record(namespace, name)
+            viewer.workload({"namespace": rec["namespace"], "name": rec["name"], "owner": rec["owner"]})
+
     # -- request parsing -----------------------------------------------------------------------
 
     def body_text(self) -> str:
@@ -280,7 +298,7 @@ class WorkloadsHandler(GpuQueueHandler):
                         field="state",
                     )
         owner = self.user if self.bool_argument("mine") else None
-        items = self.service.list_workloads(namespace=namespace, owner=owner, states=states)
+        items = self.viewer.workloads(self.service.list_workloads(namespace=namespace, owner=owner, states=states))
         if has_scope(self, ADMIN_SCOPE):  # admins see whom estimates wait for and who preempted, by name
             items = [self.service.views.reveal(v) for v in items]
         self.write_json({"items": items})
@@ -377,8 +395,9 @@ class WorkloadHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def get(self, namespace: str, name: str):
-        """One Workload (404 NotFound)."""
+        """One Workload (404 NotFound, also for another team's: service/visibility.py)."""
         require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
         view = self.service.get_workload(namespace, name)
         if has_scope(self, ADMIN_SCOPE):  # admins see whom the estimate waits for and who preempted, by name
             view = self.service.views.reveal(view)
@@ -389,8 +408,9 @@ class WorkloadHandler(GpuQueueHandler):
     async def delete(self, namespace: str, name: str):
         """Cancel (the owner; on the hub service also a holder of ``custom:gpuqueue:admin``, audited;
         403 otherwise); answers the Workload, state Cancelled or unchanged. Elsewhere every caller
-        holds admin (scopes.py), so there only the owner cancels."""
+        holds admin (scopes.py), so there only the owner cancels. Another team's: 404."""
         require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
         admin = bool(self.settings.get(HUB_SCOPES_KEY)) and has_scope(self, ADMIN_SCOPE)
         self.write_json(self.service.cancel(namespace, name, user=self.user, admin=admin))
 
@@ -400,8 +420,9 @@ class KeepGpuHandler(GpuQueueHandler):
     @authorized
     async def post(self, namespace: str, name: str):
         """Keep an idle-warned notebook lease's GPU (owner only: 403; 409 when no idle warning
-        runs or no keep is left); answers the Workload, its idle clock restarted."""
+        runs or no keep is left; another team's: 404); answers the Workload, its idle clock restarted."""
         require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
         self.write_json(self.service.keep_gpu(namespace, name, user=self.user))
 
 
@@ -409,8 +430,10 @@ class WorkloadLogsHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def get(self, namespace: str, name: str):
-        """``{"text", "offset", "nextOffset", "eof", "size"}`` of the job's output (owner only)."""
+        """``{"text", "offset", "nextOffset", "eof", "size"}`` of the job's output (owner only;
+        another team's: 404)."""
         require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
         offset = self.int_argument("offset", 0)
         limit = self.int_argument("limit", 1 << 20, minimum=1)
         self.write_json(
@@ -422,8 +445,10 @@ class WorkloadTimelineHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def get(self, namespace: str, name: str):
-        """A job's timeline, runs (cost of each) and NVML samples (404 NotFound)."""
+        """A job's timeline, runs (cost of each) and NVML samples (404 NotFound, also for another
+        team's: service/visibility.py)."""
         require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
         self.write_json(self.service.timeline(namespace, name, reveal=has_scope(self, ADMIN_SCOPE)))
 
 
@@ -442,16 +467,18 @@ class QueuesHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def get(self):
-        """ClusterQueues (quota, usage, pending workloads in order) and LocalQueues."""
-        self.write_json(self.service.queues())
+        """ClusterQueues (quota, usage, pending workloads in order; another team's anonymised:
+        service/visibility.py) and LocalQueues."""
+        self.write_json(self.viewer.queues(self.service.queues()))
 
 
 class InventoryHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
     async def get(self):
-        """Nodes, GPUs and MIG devices with what is assigned, and free/total per flavor."""
-        self.write_json(self.service.inventory_view())
+        """Nodes, GPUs and MIG devices with what is assigned (another team's holder as its namespace:
+        service/visibility.py), and free/total per flavor."""
+        self.write_json(self.viewer.inventory(self.service.inventory_view(), self.service.views.owner_of))
 
 
 class PricesHandler(GpuQueueHandler):

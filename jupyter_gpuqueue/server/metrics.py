@@ -34,8 +34,11 @@ whole cost, all months), so the series set stays bounded.
 Served at ``{base_url}gpuqueue/metrics`` (only these families) by :class:`MetricsHandler`:
 authenticated like the rest of the server (a logged-in user or the server's token), or with
 ``Authorization: Bearer <GpuQueueApp.metrics_token>`` when that is set (for a Prometheus that holds
-no Jupyter token). The same collector is registered in ``prometheus_client.REGISTRY``, so
-jupyter_server's own ``/metrics`` (``ServerApp.authenticate_prometheus``) carries them too.
+no Jupyter token). As the hub service, a logged-in hub user also needs ``custom:gpuqueue:admin``:
+the families name every team's jobs (service/visibility.py). The same collector is registered in
+``prometheus_client.REGISTRY``, so jupyter_server's own ``/metrics``
+(``ServerApp.authenticate_prometheus``) carries them too — except as the hub service, where any hub
+user could read that one.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from ..engine.model import CPU
 from ..ledger import reports
 from .handlers import SERVICE_KEY
+from .scopes import ADMIN_SCOPE, HUB_SCOPES_KEY, has_scope
 
 METRICS_TOKEN_KEY = "gpuqueue_metrics_token"
 """Web-app setting: the bearer token that may read ``gpuqueue/metrics`` (None: server auth only)."""
@@ -327,6 +331,10 @@ class MetricsHandler(JupyterHandler):
             if not self.logged_in:
                 raise web.HTTPError(403, "log in, send the server's token, or Authorization: Bearer "
                                          "<GpuQueueApp.metrics_token>")
+            if self.settings.get(HUB_SCOPES_KEY) and not has_scope(self, ADMIN_SCOPE):
+                # every team's jobs by name (service/visibility.py): a hub user who is no queue admin
+                raise web.HTTPError(403, f"the queue's metrics name every team's jobs: they need {ADMIN_SCOPE}, "
+                                         "or Authorization: Bearer <GpuQueueApp.metrics_token>")
         settings = self.settings
         registry = registry_for(lambda: settings.get(SERVICE_KEY))
         self.set_header("Content-Type", prometheus_client.CONTENT_TYPE_LATEST)

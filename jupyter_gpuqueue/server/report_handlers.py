@@ -43,8 +43,9 @@ class ReportHandler(GpuQueueHandler):
                 raise ValidationError("must be a date; leave it out for the default", field=name)
             return value or None
 
-        report = self.service.report(kind, month=arg("month"), date_from=arg("from"), date_to=arg("to"),
-                                     namespace=arg("namespace"), owner=arg("owner"))
+        report = self.viewer.report(kind, self.service.report(
+            kind, month=arg("month"), date_from=arg("from"), date_to=arg("to"), namespace=arg("namespace"),
+            owner=arg("owner")))
         if fmt == "json":
             self.write_json(report)
             return

@@ -1,5 +1,6 @@
 """Teams: which LocalQueues a user may submit to (``user_local_queues``, JupyterHub groups mapped to
-LocalQueues with ``use_group_teams``) and their default LocalQueue."""
+LocalQueues with ``use_group_teams``), their default LocalQueue, and whose workloads they see
+(``viewer``; the rule is :mod:`.visibility`'s)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ..errors import Forbidden, ValidationError
+from .visibility import VISIBILITY_MODES, Viewer
 
 if TYPE_CHECKING:
     from .live import LiveConfig
@@ -28,6 +30,10 @@ class Teams:
         self.default_local_queue_name = default_local_queue
 
     group_local_queues: Optional[dict[str, list[str]]] = None
+
+    visibility = "team"
+    """``team``: a user sees their own and their teams' workloads (:mod:`.visibility`); ``all``:
+    every workload (``c.GpuQueueApp.workload_visibility``)."""
 
     groups_of: Optional[Callable[[str], Iterable[str]]] = None
 
@@ -74,6 +80,20 @@ class Teams:
             for group in self.groups_of(user):
                 keys.extend(self.group_local_queues.get(group, []))
         return [lq for lq in dict.fromkeys(keys) if lq in self.conf.config.local_queues]
+
+    def set_visibility(self, mode: str) -> None:
+        """``team`` or ``all`` (see :attr:`visibility`); ValidationError (field ``workload_visibility``)."""
+        if mode not in VISIBILITY_MODES:
+            raise ValidationError(f"must be one of {', '.join(VISIBILITY_MODES)}, got {mode!r}", "workload_visibility")
+        self.visibility = mode
+
+    def viewer(self, user: str) -> Viewer:
+        """What ``user`` (not a queue admin: admins see everything) sees: every workload where the
+        visibility is ``all`` or no team mapping is configured, else their teams' (the namespaces of
+        the LocalQueues they may submit to) and their own."""
+        if self.visibility == "all" or (self.user_local_queues is None and self.group_local_queues is None):
+            return Viewer(user)
+        return Viewer(user, frozenset(lq.split("/", 1)[0] for lq in self.allowed_local_queues(user)))
 
     def default_local_queue(self, user: str) -> Optional[str]:
         allowed = self.allowed_local_queues(user)

@@ -270,6 +270,11 @@ class Views:
                         "pendingWorkloads": q.count_local_queue(key) if q else 0, "admittedWorkloads": adm})
         return {"clusterQueues": cqs, "localQueues": lqs}
 
+    def owner_of(self, key: str) -> Optional[str]:
+        """The owner of the live workload ``namespace/name`` (None when it is not live)."""
+        rec = self.live.records.get(self.live.by_key.get(key, ""))
+        return rec["owner"] if rec else None
+
     def inventory_view(self) -> dict:
         """GPUs and MIG slices per flavor: free and total, and every device with its holder."""
         alloc = self.conf.scheduler.allocator

@@ -193,9 +193,10 @@ export interface IQueueResource {
 
 export interface IPendingEntry {
   namespace: string;
-  name: string;
+  /** Null (with `owner` and `message`) for another team's workload, unless you are a queue admin. */
+  name: string | null;
   localQueue: string;
-  owner: string;
+  owner: string | null;
   priority: number;
   positionInClusterQueue: number;
   positionInLocalQueue: number;

@@ -242,7 +242,10 @@ export class QueueModel implements IDisposable {
     const positions = new Map<string, [number | null, number | null]>();
     for (const cq of queues.clusterQueues) {
       for (const p of cq.pending ?? []) {
-        positions.set(workloadKey(p), [p.positionInClusterQueue, p.positionInLocalQueue]);
+        if (p.name === null) {
+          continue; // another team's, anonymised
+        }
+        positions.set(workloadKey({ namespace: p.namespace, name: p.name }), [p.positionInClusterQueue, p.positionInLocalQueue]);
       }
     }
     for (const [key, entry] of this._workloads) {

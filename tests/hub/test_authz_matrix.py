@@ -19,6 +19,7 @@ running at that moment (a new one each), and the admin's is in the audit log.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -178,9 +179,12 @@ def cell_of(status: int, body) -> str:
 
 def content_problem(hub, role: str, method: str, path: str, body, job: dict) -> str | None:
     """What is wrong with an allowed answer's content (None: nothing): each report shows alice's job
-    (or team) to every reader, with her name; budgets list team-a, ``myTeams`` the caller's; a
-    cancel leaves alice's job Cancelled, and an admin's is in the audit log."""
+    (or team) with her name to her team and the admin, and to bob (another team) the team totals
+    only (docs/rest-api.md, "Who sees what"); the workload list holds her job for the same readers;
+    budgets list team-a, ``myTeams`` the caller's; a cancel leaves alice's job Cancelled, and an
+    admin's is in the audit log."""
     name = job["name"]
+    sees = role != "other"
     if path.startswith("/reports/"):
         items = body["items"]
         kind = path.rsplit("/", 1)[1]
@@ -195,7 +199,21 @@ def content_problem(hub, role: str, method: str, path: str, body, job: dict) -> 
             "daily": lambda i: i["byNamespace"].get("team-a", 0) > 0,
         }
         found = any(checks[kind](i) for i in items)
+        if kind in ("jobs", "users", "teams") and not sees:
+            if found:
+                return f"bob (team-b) sees alice's job or name in the {kind} report: {str(items)[:400]}"
+            if any(i.get("namespace") == "team-a" and (i.get("owner") or i.get("name")) for i in items):
+                return f"bob (team-b) sees a team-a job or user in the {kind} report: {str(items)[:400]}"
+            if kind == "teams" and not any(i["namespace"] == "team-a" and i["costUsd"] > 0 for i in items):
+                return f"team-a's totals not in the teams report: {str(items)[:400]}"
+            return None
         return None if found else f"alice's job or team not in the {kind} report: {str(items)[:400]}"
+    if (method, path) == ("GET", "/workloads"):
+        listed = any(w["namespace"] == "team-a" and w["name"] == name for w in body["items"])
+        if listed != sees:
+            return f"alice's job {'not ' if sees else ''}in the list of {role}"
+        if not sees and any(w["namespace"] != "team-b" for w in body["items"]):
+            return f"bob (team-b) lists another team's workloads: {[w['namespace'] for w in body['items']]}"
     if path == "/budgets":
         teams = {t["namespace"]: t for t in body["teams"]}
         if "team-a" not in teams or not teams["team-a"]["spentUsd"] > 0:
@@ -261,3 +279,51 @@ def test_authorization_matrix(hub, alices):
     # what was refused changed nothing: alice's job still runs
     assert hub.queue("GET", f"workloads/team-a/{alices['name']}", alice).json()["state"] == "Running"
     assert not wrong, f"{ROLES}\n" + "\n".join(wrong)
+
+
+def workload_events(ws, done, timeout: float = 30.0) -> list[tuple[str, str]]:
+    """(namespace, name) of the workload events read from ``ws`` until ``done(seen)``."""
+    seen: list[tuple[str, str]] = []
+    deadline = time.monotonic() + timeout
+    while not done(seen):
+        assert time.monotonic() < deadline, f"not seen in {timeout} s; seen {seen}"
+        msg = json.loads(ws.recv())
+        for e in msg["events"] if msg["type"] == "batch" else [msg]:
+            if e["type"] == "workload":
+                seen.append((e["workload"]["namespace"], e["workload"]["name"]))
+    return seen
+
+
+def test_another_teams_jobs_are_not_heard_and_their_gpus_not_named(hub, alices):
+    """docs/rest-api.md, "Who sees what", over the real hub: bob's event stream carries his own
+    workloads and none of team-a's (anna's carries alice's new job), and the GPU alice's job holds
+    is "team-a" to bob, "team-a/<name>" to anna and to the admin."""
+    url = hub.url.replace("http", "ws", 1) + "services/gpuqueue/gpuqueue/api/events?batch=1"
+    streams = {u: websocket.create_connection(url, header=[f"Authorization: token {hub.token_for(u)}"], timeout=20)
+               for u in ("anna", "bob")}
+    job = None
+    try:
+        job = submit_running_job(hub)  # alice's, once both streams are open
+        mine = f"authz-b-{uuid.uuid4().hex[:6]}"
+        r = hub.queue("POST", "workloads", hub.token_for("bob"),
+                      json={"name": mine, "localQueue": "team-b/team-b-queue", "command": [PY, "-c", "pass"],
+                            "gpus": 1, "maxRuntime": "1m"})
+        assert r.status_code == 201, r.text
+        workload_events(streams["anna"], lambda seen: ("team-a", job["name"]) in seen)
+        # bob's own submission came after alice's job started: whatever of it bob was sent came first
+        heard = workload_events(streams["bob"], lambda seen: ("team-b", mine) in seen)
+        assert {ns for ns, _ in heard} == {"team-b"}, heard
+
+        def holders(user: str) -> set:
+            inv = hub.queue("GET", "inventory", hub.token_for(user)).json()
+            return {h for n in inv["nodes"] for g in n["gpus"]
+                    for h in [g["assignedTo"]] + [d["assignedTo"] for d in g["mig"] or []] if h}
+        held = f"team-a/{job['name']}"
+        assert held in holders("anna") and held in holders("ops")
+        assert held not in holders("bob") and "team-a" in holders("bob")
+        assert not any(h.startswith("team-a/") for h in holders("bob"))
+    finally:
+        for ws in streams.values():
+            ws.close()
+        if job:
+            hub.queue("DELETE", f"workloads/team-a/{job['name']}", hub.token_for("alice"))

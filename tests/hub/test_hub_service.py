@@ -118,13 +118,17 @@ def test_only_queue_admins_reach_the_admin_api(hub):
 
 
 def test_users_cannot_cancel_or_read_each_others_jobs(hub):
-    alice, bob = hub.token_for("alice"), hub.token_for("bob")
+    """A team-mate (anna) sees alice's job but may not cancel it or read its logs; another team's user
+    (bob) is answered as for a job that does not exist (docs/rest-api.md, "Who sees what")."""
+    alice, anna, bob = hub.token_for("alice"), hub.token_for("anna"), hub.token_for("bob")
     wl = hub.queue("POST", "workloads", alice, json=job("import time; time.sleep(30)")).json()
     path = f"workloads/{wl['namespace']}/{wl['name']}"
-    r = hub.queue("DELETE", path, bob)
+    r = hub.queue("DELETE", path, anna)
     assert r.status_code == 403 and r.json()["reason"] == "Forbidden", r.text
-    assert hub.queue("GET", path + "/logs", bob).status_code == 403
-    assert hub.queue("GET", path, bob).status_code == 200  # team-mates and others see positions
+    assert hub.queue("GET", path + "/logs", anna).status_code == 403
+    assert hub.queue("GET", path, anna).status_code == 200  # team-mates see positions and costs
+    for r in (hub.queue("DELETE", path, bob), hub.queue("GET", path + "/logs", bob), hub.queue("GET", path, bob)):
+        assert r.status_code == 404 and r.json()["reason"] == "NotFound", r.text
     r = hub.queue("DELETE", path, alice)
     assert r.status_code == 200 and r.json()["state"] == "Cancelled", r.text
 

@@ -126,20 +126,20 @@ function ClusterQueueView(props: { cq: IClusterQueue; user: string }): JSX.Eleme
       </div>
       {pending.length > 0 && (
         <ol className="jp-gpuqueue-pending">
-          {pending.map(p => (
+          {pending.map((p, i) => (
             <li
-              key={`${p.namespace}/${p.name}`}
-              className={p.owner === props.user ? 'jp-mod-mine' : ''}
-              data-gpuqueue-pending={`${p.namespace}/${p.name}`}
-              title={p.message ?? ''}
+              key={p.name === null ? `${p.namespace}#${i}` : `${p.namespace}/${p.name}`}
+              className={p.owner !== null && p.owner === props.user ? 'jp-mod-mine' : ''}
+              data-gpuqueue-pending={p.name === null ? undefined : `${p.namespace}/${p.name}`}
+              title={p.name === null ? `a workload of ${p.namespace} (another team's: its name is not shown)` : p.message ?? ''}
             >
               <span className="jp-gpuqueue-pos">{p.positionInClusterQueue + 1}</span>
               <span className="jp-gpuqueue-pending-name">
-                {p.namespace}/{p.name}
+                {p.name === null ? `${p.namespace} · another team's` : `${p.namespace}/${p.name}`}
               </span>
               <span className="jp-gpuqueue-muted">
-                {p.owner}
-                {p.reason ? ` · ${p.reason}` : ''}
+                {p.owner ?? ''}
+                {p.reason ? `${p.owner ? ' · ' : ''}${p.reason}` : ''}
               </span>
             </li>
           ))}
