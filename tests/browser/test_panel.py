@@ -302,3 +302,72 @@ async def test_positions_follow_the_queue_without_an_event_per_job(jp_fetch, sta
                 await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
             except Exception:
                 pass
+
+
+async def test_another_teams_jobs_in_the_team_queue_are_anonymised(jp_fetch, started, gpuqueue_service, lab_url,
+                                                                   chromium_launch_args):
+    """docs/rest-api.md, "Who sees what": alice (team-a, no queue admin) shares team-a-cq with team-c
+    (a LocalQueue of namespace team-c added to it). Her panel's team queue lists carl's waiting job
+    at its position as "team-c · another team's", without its name or owner; her own is named.
+    Without the admin scope she has no Admin section either."""
+    from playwright.async_api import async_playwright, expect
+
+    from jupyter_gpuqueue.server.scopes import STANDALONE_ADMIN_KEY
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    svc = gpuqueue_service
+    exported = await jp_fetch(*API, "admin", "config", params={"format": "yaml"})
+    shared = exported.body.decode() + (
+        "\n---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\n"
+        "metadata: {name: shared, namespace: team-c}\nspec: {clusterQueue: team-a-cq}\n")
+    await jp_fetch(*API, "admin", "config", method="PUT", body=shared, headers={"Content-Type": "application/yaml"})
+    svc.teams.user_local_queues = {"alice": ["team-a/team-a-queue"], "bob": ["team-b/team-b-queue"],
+                                   "carl": ["team-c/shared"]}
+    started.web_app.settings[STANDALONE_ADMIN_KEY] = False
+    h100 = {"command": sleeper(), "gpus": 4, "flavor": "nvidia-h100", "maxRuntime": "15m"}
+    keys = []
+    try:
+        blocker = svc.submit({"name": "anon-blocker", "localQueue": "team-b/team-b-queue", **h100}, user="bob")
+        keys.append("team-b/anon-blocker")
+        deadline = time.monotonic() + 30
+        while svc.record("team-b", "anon-blocker")["state"] != "Running":  # bob's: alice's API answers 404
+            assert time.monotonic() < deadline, svc.record("team-b", "anon-blocker")
+            await asyncio.sleep(0.2)
+        mine = await api(jp_fetch, "workloads", method="POST", body={"name": "anon-mine", "localQueue": "team-a/team-a-queue", **h100})
+        keys.append("team-a/anon-mine")
+        svc.submit({"name": "anon-carls", "localQueue": "team-c/shared", **h100}, user="carl")
+        keys.append("team-c/anon-carls")
+        queue = (await api(jp_fetch, "queues"))["clusterQueues"]
+        pending = {p["positionInClusterQueue"]: p for cq in queue if cq["name"] == "team-a-cq" for p in cq["pending"]}
+        assert (pending[0]["name"], pending[1]["namespace"], pending[1]["name"], pending[1]["owner"]) == (
+            "anon-mine", "team-c", None, None), pending
+        assert blocker["owner"] == "bob" and mine["owner"] == "alice"
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 900})
+                page.set_default_timeout(30000)
+                await page.goto(lab_url)
+                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await page.locator(".jp-gpuqueue-status").click()
+                panel = page.locator("#jp-gpuqueue-panel")
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                team = panel.locator('[data-cluster-queue="team-a-cq"] .jp-gpuqueue-pending li')
+                await expect(team).to_have_count(2)
+                await expect(team.nth(0)).to_contain_text("team-a/anon-mine")
+                await expect(team.nth(0)).to_contain_text("alice")
+                await expect(team.nth(1)).to_contain_text("2team-c · another team's")
+                assert "carl" not in await team.nth(1).inner_text() and "anon-carls" not in await panel.inner_text()
+                await expect(panel.locator('[data-section="admin"]')).to_have_count(0)
+                await panel.locator('[data-section="availability"] .jp-gpuqueue-section-toggle').click()
+                await page.screenshot(path=str(SCREENSHOT_DIR / "panel-team-queue-anonymised.png"))
+            finally:
+                await browser.close()
+    finally:
+        started.web_app.settings[STANDALONE_ADMIN_KEY] = True
+        for key in keys:
+            try:
+                svc.cancel(*key.split("/"), user="ops", admin=True)
+            except Exception:
+                pass
