@@ -485,6 +485,12 @@ export class GpuQueueClient {
     });
   }
 
+  /** Every workload the caller sees in `states` (a queue admin: every team's), newest first. */
+  async workloadsIn(states: WorkloadState[]): Promise<IWorkload[]> {
+    const answer = await this.request<{ items: IWorkload[] }>('workloads', {}, { state: states.join(',') });
+    return answer.items;
+  }
+
   cancel(namespace: string, name: string): Promise<IWorkload> {
     return this.request<IWorkload>(
       `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}`,

@@ -388,3 +388,78 @@ async def test_admin_sets_a_teams_idle_policy_in_the_idle_tab(jp_fetch, started,
             await context.close()
         finally:
             await browser.close()
+
+
+async def test_admin_sees_every_teams_jobs_and_cancels_one_in_the_jobs_tab(
+        jp_fetch, started, gpuqueue_service, lab_url, chromium_launch_args):
+    """The Admin view's "Jobs" tab, at the sidebar's default width: every team's waiting and running
+    jobs by team, with owner, request, position and cost. Cancelling one asks first ("Keep it"
+    changes nothing), then cancels it and says so. A standalone server's owner may cancel only
+    their own jobs (the hub's admins any: tests/hub/test_authz_matrix.py): the server's 403 for
+    bob's job shows next to it, and bob's job goes on."""
+    import shutil
+    import sys
+
+    from playwright.async_api import async_playwright, expect
+
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    python = shutil.which("python") or sys.executable
+    sleep = {"command": [python, "-c", "import time; time.sleep(600)"], "maxRuntime": "15m"}
+    svc = gpuqueue_service
+    mine = await api(jp_fetch, "workloads", method="POST",
+                     body={"name": "adm-mine", "localQueue": "team-a/team-a-queue", "gpus": 1, **sleep})
+    svc.submit({"name": "adm-bobs", "localQueue": "team-b/team-b-queue", "gpus": 4, "flavor": "nvidia-h100",
+                **sleep}, user="bob")
+    svc.submit({"name": "adm-bobs-next", "localQueue": "team-b/team-b-queue", "gpus": 4, "flavor": "nvidia-h100",
+                **sleep}, user="bob")
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+                page.set_default_timeout(30000)
+                page_errors: list[str] = []
+                page.on("pageerror", lambda e: page_errors.append(str(e)))
+                panel = await open_panel(page, lab_url)
+                for section in ("submit", "jobs", "availability", "team"):
+                    await panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle').click()
+                await panel.locator('[data-section="admin"] .jp-gpuqueue-section-toggle').click()
+                await panel.locator('[data-admin-tab="jobs"]').click()
+                team_b = panel.locator('[data-team="team-b"]')
+                await expect(team_b).to_contain_text("1 running · 1 pending")
+                row = lambda key: panel.locator(f'[data-admin-job="{key}"]')  # noqa: E731
+                await expect(row("team-a/adm-mine")).to_contain_text("alice · 1 GPU")
+                await expect(row("team-b/adm-bobs")).to_contain_text("bob · 4 GPUs on nvidia-h100")
+                await expect(row("team-b/adm-bobs-next")).to_contain_text("position 1 in team-b-cq")
+                await page.screenshot(path=str(SCREENSHOT_DIR / "panel-admin-jobs-250.png"))
+
+                # "Keep it": nothing changes
+                await row("team-a/adm-mine").locator(".jp-gpuqueue-cancel").click()
+                dialog = page.locator(".jp-Dialog")
+                await expect(dialog).to_contain_text("Cancel your job?")
+                await dialog.get_by_role("button", name="Keep it").click()
+                assert (await api(jp_fetch, "workloads", "team-a", "adm-mine"))["state"] in ("Admitted", "Running")
+
+                # Cancel job: cancelled, said so, gone from the list
+                await row("team-a/adm-mine").locator(".jp-gpuqueue-cancel").click()
+                await page.locator(".jp-Dialog").get_by_role("button", name="Cancel job").click()
+                await expect(panel.locator(".jp-gpuqueue-admin-notice")).to_contain_text("team-a/adm-mine (alice) cancelled")
+                await expect(row("team-a/adm-mine")).to_have_count(0)
+                assert (await api(jp_fetch, "workloads", "team-a", "adm-mine"))["state"] == "Cancelled"
+
+                # bob's, on a standalone server: refused with the server's words, and it goes on
+                await row("team-b/adm-bobs").locator(".jp-gpuqueue-cancel").click()
+                await expect(page.locator(".jp-Dialog")).to_contain_text("Cancel bob's job?")
+                await page.locator(".jp-Dialog").get_by_role("button", name="Cancel job").click()
+                await expect(row("team-b/adm-bobs").locator(".jp-gpuqueue-form-error")).to_contain_text("bob")
+                assert svc.record("team-b", "adm-bobs")["state"] == "Running"
+                assert not page_errors, page_errors
+            finally:
+                await browser.close()
+    finally:
+        for ns, name in (("team-a", "adm-mine"), ("team-b", "adm-bobs"), ("team-b", "adm-bobs-next")):
+            try:
+                svc.cancel(ns, name, user="alice" if ns == "team-a" else "bob")
+            except Exception:
+                pass
+        assert mine["owner"] == "alice"

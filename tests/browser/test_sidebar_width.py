@@ -50,7 +50,7 @@ AXE = REPO / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
-ADMIN_TABS = ("quotas", "priorities", "prices", "idle", "yaml", "audit")
+ADMIN_TABS = ("quotas", "jobs", "priorities", "prices", "idle", "yaml", "audit")
 
 
 async def set_sidebar_width(page, width: int) -> None:
@@ -377,6 +377,8 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
                                     re.compile("kind: ClusterQueue"))
                             if admin_tab == "prices":
                                 await expect(panel.locator("tr[data-price-flavor]").first).to_be_visible()
+                            if admin_tab == "jobs":
+                                await expect(panel.locator("[data-admin-job]").first).to_be_visible()
                             problems += await audit(page, panel, f"{where}, admin {admin_tab}")
                             problems += await focus_rings(page, panel, f"{where}, admin {admin_tab}")
                             await screenshot(panel, f"panel-admin-{admin_tab}-{width}-{mode}.png")

@@ -1,7 +1,7 @@
 /**
  * The admin view (shown only when `/info` says `permissions.admin`): ClusterQueue quotas and
- * cohorts, priority classes, prices, idle notebook reclaim per team, Kueue YAML import/export, and
- * the audit log. Every change
+ * cohorts, every team's jobs (cancel any), priority classes, prices, idle notebook reclaim per team,
+ * Kueue YAML import/export, and the audit log. Every change
  * goes through the admin API, which validates it as Kueue does and applies it live; its errors are
  * shown next to the field they name.
  */
@@ -9,15 +9,17 @@ import * as React from 'react';
 
 import { ApiError, IAdminConfig, IAuditEntry } from '../../api';
 import { QueueModel } from '../../model';
+import { AdminJobs } from './AdminJobs';
 import { AuditLog } from './AuditLog';
 import { IdlePolicyEditor } from './IdlePolicy';
 import { PricesEditor, PriorityEditor } from './PriorityAndPrices';
 import { CapacityWarnings, ClusterQueueEditor } from './QuotaEditor';
 import { YamlPanel } from './YamlPanel';
 
-type Tab = 'quotas' | 'priorities' | 'prices' | 'idle' | 'yaml' | 'audit';
+type Tab = 'quotas' | 'jobs' | 'priorities' | 'prices' | 'idle' | 'yaml' | 'audit';
 const TABS: Array<[Tab, string]> = [
   ['quotas', 'Quotas'],
+  ['jobs', 'Jobs'],
   ['priorities', 'Priorities'],
   ['prices', 'Prices'],
   ['idle', 'Idle'],
@@ -51,8 +53,8 @@ export function AdminView(props: { model: QueueModel }): JSX.Element {
   }, [reload]);
 
   /** After a change: the admin view, and the panel's queues and info, show the new state. */
-  const applied = async (what: string) => {
-    setNotice(`${what}: applied; the next scheduling cycle uses it`);
+  const applied = async (what: string, message?: string) => {
+    setNotice(message ?? `${what}: applied; the next scheduling cycle uses it`);
     await reload();
     void model.refresh();
   };
@@ -108,6 +110,7 @@ export function AdminView(props: { model: QueueModel }): JSX.Element {
             onApplied={applied}
           />
         ))}
+      {tab === 'jobs' && <AdminJobs model={model} onApplied={applied} />}
       {tab === 'priorities' && (
         <PriorityEditor model={model} classes={config.priorityClasses} onApplied={applied} />
       )}
