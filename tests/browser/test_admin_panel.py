@@ -11,67 +11,19 @@ the README's admin.png).
 
 from __future__ import annotations
 
-import json
 import re
-import os
-from pathlib import Path
 
 import pytest
-from tornado.httpclient import HTTPClientError
 
 from jupyter_gpuqueue.server.scopes import STANDALONE_ADMIN_KEY
+from browserkit import SCREENSHOT_DIR, api, open_panel, set_sidebar_width
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
-API = ("gpuqueue", "api")
-
-
-async def api(jp_fetch, *parts, method="GET", body=None, params=None):
-    kwargs = {"method": method, "params": params}
-    if body is not None:
-        kwargs["body"] = json.dumps(body)
-    try:
-        resp = await jp_fetch(*API, *parts, **kwargs)
-    except HTTPClientError as e:
-        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
-        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
-    return json.loads(resp.body)
 
 
 def gpu_quota(view: dict, cq: str, flavor: str) -> dict:
     q = next(c for c in view["clusterQueues"] if c["name"] == cq)
     return next(r for r in q["resources"] if r["flavor"] == flavor and r["resource"] == "nvidia.com/gpu")
-
-
-async def open_panel(page, lab_url: str):
-    from playwright.async_api import expect
-
-    await page.goto(lab_url)
-    await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
-    # JupyterLab adds the sidebar tab once every plugin is activated (slow on a busy machine)
-    tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
-    await tab.wait_for(timeout=60000)
-    panel = page.locator("#jp-gpuqueue-panel")
-    if not await panel.is_visible():  # a reload restores the open panel; a click would close it
-        await tab.click()
-    await expect(panel).to_be_visible()
-    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
-    return panel
-
-
-async def widen_sidebar(page, width: int) -> None:
-    panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
-    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
-    box = await handle.bounding_box()
-    if not panel or not box:
-        return
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    await page.mouse.move(x, y)
-    await page.mouse.down()
-    await page.mouse.move(x + (width - panel["width"]), y, steps=5)
-    await page.mouse.up()
 
 
 async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_url, chromium_launch_args):
@@ -90,7 +42,7 @@ async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_ur
             page_errors: list[str] = []
             page.on("pageerror", lambda e: page_errors.append(str(e)))
             panel = await open_panel(page, lab_url)
-            await widen_sidebar(page, 470)
+            await set_sidebar_width(page, 470)
             # fold the user's sections; open Admin
             for section in ("submit", "jobs", "availability", "team"):
                 await panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle').click()
@@ -201,7 +153,6 @@ async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_ur
             await context.close()
         finally:
             await browser.close()
-
 
 
 async def test_a_fractional_gpu_quota_is_refused_and_quota_above_the_hardware_is_shown(

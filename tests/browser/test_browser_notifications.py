@@ -11,7 +11,7 @@ import json
 import sys
 
 import pytest
-from test_estimates import api, wait_for
+from browserkit import api, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

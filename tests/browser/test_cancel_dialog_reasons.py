@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import pytest
+from browserkit import api, sleeper, wait_for_state
 
-from test_panel import api, sleeper, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

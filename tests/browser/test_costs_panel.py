@@ -13,22 +13,18 @@ docs-ready screenshots (costs.png, statusbar.png) into test-artifacts/screenshot
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from jupyter_gpuqueue.ledger import Prices, reports
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for_state
 
-from test_panel import api, wait_for_state, widen_sidebar
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 # (name, team, owner, flavor, resource, quantity, days ago, hours)
@@ -122,7 +118,7 @@ async def test_cost_view_and_status_bar(jp_fetch, gpuqueue_service, lab_url, chr
                 await status.click()
                 panel = page.locator("#jp-gpuqueue-panel")
                 await expect(panel).to_be_visible()
-                await widen_sidebar(page, 430)
+                await set_sidebar_width(page, 430)
                 for section in ("submit", "jobs", "team", "costs"):  # fold three, open Costs
                     await panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle').click()
                 costs = panel.locator(".jp-gpuqueue-costs")

@@ -24,24 +24,17 @@ the dark theme. Screenshots: test-artifacts/screenshots/estimates-*.png
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import re
 import shutil
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-from tornado.httpclient import HTTPClientError
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, sleeper, use_theme, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
-API = ("gpuqueue", "api")
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 HISTORY_MINUTES = (6, 8, 9, 11, 12, 14, 16, 19, 24, 30)
 
@@ -74,87 +67,6 @@ def gpuqueue_config(gpuqueue_config):
 def gpuqueue_server_config():
     """The user is a researcher, not an admin: other teams' workloads are not named to her."""
     return {"tornado_settings": {"gpuqueue_standalone_admin": False}}
-
-
-async def api(jp_fetch, *parts, method="GET", body=None):
-    kwargs = {"method": method}
-    if body is not None:
-        kwargs["body"] = json.dumps(body)
-    try:
-        resp = await jp_fetch(*API, *parts, **kwargs)
-    except HTTPClientError as e:
-        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
-        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
-    return json.loads(resp.body)
-
-
-async def wait_for(jp_fetch, key: str, pred, timeout: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        w = await api(jp_fetch, "workloads", *key.split("/"))
-        if pred(w):
-            return w
-        assert time.monotonic() < deadline, f"{key}: {w}"
-        await asyncio.sleep(0.2)
-
-
-def sleeper() -> list:
-    return [shutil.which("python") or sys.executable, "-c", "import time; time.sleep(900)"]
-
-
-async def set_sidebar_width(page, width: int) -> None:
-    """Drag the left sidebar's split handle so that the panel is ``width`` pixels wide."""
-    for _ in range(2):
-        panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
-        handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
-        box = await handle.bounding_box()
-        if not panel or not box or abs(panel["width"] - width) <= 2:
-            return
-        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-        await page.mouse.move(x, y)
-        await page.mouse.down()
-        await page.mouse.move(x + (width - panel["width"]), y, steps=5)
-        await page.mouse.up()
-        await page.wait_for_timeout(200)
-
-
-async def open_palette(page):
-    """Open JupyterLab's command palette with its shortcut, as a user would; returns its locator.
-    The focus leaves any field first: with a text field of the panel focused the shortcut did not
-    open the palette. Now and then a keystroke is missed all the same (a busy page): the shortcut
-    is pressed again after a second without a palette, not after a 5-30 s fill timeout."""
-    palette = page.locator("#command-palette")
-    field = palette.locator("input")
-    await page.evaluate("() => document.activeElement && document.activeElement.blur()")
-    for attempt in range(5):
-        await page.keyboard.press("Control+Shift+C")
-        try:
-            await field.wait_for(state="visible", timeout=1000)
-            return palette
-        except Exception:
-            if await field.is_visible():
-                return palette
-            if attempt == 4:
-                raise
-    return palette
-
-
-async def use_theme(page, name: str, light: bool, settle_ms: int = 500) -> None:
-    """Switch JupyterLab's theme from the command palette (:func:`open_palette`), as a user would;
-    then wait ``settle_ms`` for the theme's CSS variables to settle."""
-    from playwright.async_api import TimeoutError as PlaywrightTimeoutError
-
-    palette = await open_palette(page)
-    await palette.locator("input").fill(name, timeout=5000)
-    item = palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first
-    try:
-        await item.click(timeout=10000)
-    except PlaywrightTimeoutError:
-        # On a busy page the click can land while Playwright still retries it (the theme changes,
-        # the palette closes, the item is gone): the theme attribute below is what tells.
-        pass
-    await page.locator(f'body[data-jp-theme-light="{"true" if light else "false"}"]').wait_for(state="attached")
-    await page.wait_for_timeout(settle_ms)
 
 
 # Every text node under `selector`: its colour against the background it is drawn on (alpha
@@ -240,13 +152,13 @@ async def test_estimates_on_the_card_and_the_status_bar(jp_fetch, gpuqueue_servi
         assert failed["state"] == "Failed" and 0 < failed["costUsd"] < 0.005, failed
         # team-b's blocker holds all four H100s; the estimator knows team-b's runs take 6-30 min.
         await api(jp_fetch, "workloads", method="POST", body={
-            "name": "h100-blocker", "localQueue": "team-b/team-b-queue", "command": sleeper(),
+            "name": "h100-blocker", "localQueue": "team-b/team-b-queue", "command": sleeper(900),
             "gpus": 4, "flavor": "nvidia-h100", "maxRuntime": "1h"})
         created.append("team-b/h100-blocker")
         await wait_for(jp_fetch, "team-b/h100-blocker", lambda w: w["state"] == "Running")
         for name, queue in (("wants-h100", "team-a/team-a-queue"), ("next-h100", "team-b/team-b-queue")):
             await api(jp_fetch, "workloads", method="POST", body={
-                "name": name, "localQueue": queue, "command": sleeper(), "gpus": 1,
+                "name": name, "localQueue": queue, "command": sleeper(900), "gpus": 1,
                 "flavor": "nvidia-h100", "maxRuntime": "30m"})
         created += ["team-a/wants-h100", "team-b/next-h100"]
         mine = await wait_for(jp_fetch, "team-a/wants-h100",

@@ -16,8 +16,9 @@ import time
 import uuid
 
 import pytest
-from test_estimates import AUDIT_TEXT, SCREENSHOT_DIR, api, check_text, set_sidebar_width, wait_for
 from test_job_page import switch_theme
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for
+from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

@@ -13,45 +13,16 @@ release told "Your GPU was released after N min idle; this server goes on withou
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import re
 import time
-from pathlib import Path
 
 import pytest
-from tornado.httpclient import HTTPClientError
+from browserkit import SCREENSHOT_DIR, api, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-API = ("gpuqueue", "api")
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
 IDLE_TIMEOUT = 3
 WARN = 90
-
-
-async def api(jp_fetch, *parts, method="GET", body=None):
-    kwargs = {"method": method}
-    if body is not None:
-        kwargs["body"] = json.dumps(body)
-    try:
-        resp = await jp_fetch(*API, *parts, **kwargs)
-    except HTTPClientError as e:
-        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
-        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
-    return json.loads(resp.body)
-
-
-async def wait_for(jp_fetch, key: str, pred, timeout: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        w = await api(jp_fetch, "workloads", *key.split("/"))
-        if pred(w):
-            return w
-        assert time.monotonic() < deadline, f"{key}: {w}"
-        await asyncio.sleep(0.2)
 
 
 class FakeHub:

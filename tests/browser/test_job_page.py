@@ -31,13 +31,13 @@ import asyncio
 import re
 import shlex
 import sys
-import time
 
 import pynvml
 import pytest
-from test_estimates import AUDIT_TEXT, SCREENSHOT_DIR, api, check_text, set_sidebar_width, use_theme, wait_for
 
 from jupyter_gpuqueue.inventory.nvml import gpu_samples
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, use_theme, wait_for
+from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

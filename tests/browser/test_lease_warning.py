@@ -19,48 +19,19 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
-import sys
 import time
 
 import pytest
-from tornado.httpclient import HTTPClientError
+from browserkit import api, sleeper, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-API = ("gpuqueue", "api")
 GRACE = 10  # seconds between the warning and the release
 
 
 @pytest.fixture
 def gpuqueue_config(gpuqueue_config):
     return {**gpuqueue_config, "lease_preemption_grace_seconds": GRACE}
-
-
-async def api(jp_fetch, *parts, method="GET", body=None):
-    kwargs = {"method": method}
-    if body is not None:
-        kwargs["body"] = json.dumps(body)
-    try:
-        resp = await jp_fetch(*API, *parts, **kwargs)
-    except HTTPClientError as e:
-        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
-        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
-    return json.loads(resp.body)
-
-
-async def wait_for(jp_fetch, key: str, pred, timeout: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        w = await api(jp_fetch, "workloads", *key.split("/"))
-        if pred(w):
-            return w
-        assert time.monotonic() < deadline, f"{key}: {w}"
-        await asyncio.sleep(0.2)
-
-
-def sleeper() -> list:
-    return [shutil.which("python") or sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 async def test_lease_preemption_warning_shows_time_left_then_goes(jp_fetch, started, lab_url, chromium_launch_args):

@@ -14,7 +14,7 @@ import re
 import sys
 
 import pytest
-from test_estimates import api, wait_for
+from browserkit import api, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 

@@ -10,61 +10,15 @@ its cost. Screenshots of both moments go to test-artifacts/screenshots/ (set GPU
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import shutil
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from tornado.httpclient import HTTPClientError
+from browserkit import API, SCREENSHOT_DIR, api, set_sidebar_width, sleeper, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
-API = ("gpuqueue", "api")
 FINISHED = ("Succeeded", "Failed", "Cancelled")
-
-
-async def api(jp_fetch, *parts, method="GET", body=None):
-    """Call the REST API with the server token; return the parsed JSON (raise on HTTP errors)."""
-    kwargs = {"method": method}
-    if body is not None:
-        kwargs["body"] = json.dumps(body)
-    try:
-        resp = await jp_fetch(*API, *parts, **kwargs)
-    except HTTPClientError as e:
-        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
-        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
-    return json.loads(resp.body)
-
-
-async def wait_for_state(jp_fetch, key: str, states: tuple, timeout: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        w = await api(jp_fetch, "workloads", *key.split("/"))
-        if w["state"] in states:
-            return w
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{key} is {w['state']} after {timeout}s, expected one of {states}: {w}")
-        await asyncio.sleep(0.2)
-
-
-async def widen_sidebar(page, width: int) -> None:
-    """Drag the left sidebar's split handle so that the panel is ``width`` pixels wide."""
-    panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
-    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
-    box = await handle.bounding_box()
-    if not panel or not box:
-        return
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    await page.mouse.move(x, y)
-    await page.mouse.down()
-    await page.mouse.move(x + (width - panel["width"]), y, steps=5)
-    await page.mouse.up()
 
 
 # Record every data-state the job's row shows (a state may last less than a polling interval).
@@ -80,11 +34,6 @@ RECORD_STATES = """key => {
     subtree: true, childList: true, attributes: true, attributeFilter: ['data-state']
   });
 }"""
-
-
-def sleeper() -> list:
-    python = shutil.which("python") or sys.executable
-    return [python, "-c", "import time; time.sleep(600)"]
 
 
 async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, chromium_launch_args):
@@ -135,7 +84,7 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                 panel = page.locator("#jp-gpuqueue-panel")
                 await expect(panel).to_be_visible()
                 await expect(panel.locator("#jp-gpuqueue-script")).to_have_value("examples/train_digits.py")
-                await widen_sidebar(page, 430)
+                await set_sidebar_width(page, 430)
                 await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
                 # the blocker is in the user's list (same user, submitted over REST)
                 await expect(

@@ -28,24 +28,19 @@ Screenshots of each view go to test-artifacts/screenshots/ as panel-<view>-<widt
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from jupyter_gpuqueue.ledger import reports
 
 from test_costs_panel import write_history
-from test_estimates import use_theme as _use_theme
-from test_panel import api, wait_for_state
+from browserkit import REPO, SCREENSHOT_DIR, api, set_sidebar_width, use_theme as _use_theme, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
 AXE = REPO / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 FINISHED = ("Succeeded", "Failed", "Cancelled")
@@ -53,24 +48,8 @@ SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
 ADMIN_TABS = ("quotas", "jobs", "priorities", "prices", "idle", "yaml", "audit")
 
 
-async def set_sidebar_width(page, width: int) -> None:
-    """Drag the left sidebar's split handle so that the panel is ``width`` pixels wide."""
-    for _ in range(3):
-        panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
-        handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
-        box = await handle.bounding_box()
-        if not panel or not box or abs(panel["width"] - width) <= 1:
-            return
-        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-        await page.mouse.move(x, y)
-        await page.mouse.down()
-        await page.mouse.move(x + (width - panel["width"]), y, steps=5)
-        await page.mouse.up()
-        await page.wait_for_timeout(200)
-
-
 async def use_theme(page, name: str, light: bool) -> None:
-    """test_estimates' theme switch, with 600 ms for the CSS variables to settle."""
+    """browserkit's theme switch, with 600 ms for the CSS variables to settle."""
     await _use_theme(page, name, light, settle_ms=600)
 
 

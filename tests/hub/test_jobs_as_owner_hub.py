@@ -203,7 +203,9 @@ def test_the_job_log_is_readable_by_its_owner_only(owner_hub, accounts):
     ns = r.json()["namespace"]
     assert _wait_done(hub, alice, ns, name)["state"] == "Succeeded"
     assert f"hello from {pw.pw_name}" in hub.queue("GET", f"workloads/{ns}/{name}/logs", alice).json()["text"]
-    assert hub.queue("GET", f"workloads/{ns}/{name}/logs", bob).status_code == 403
+    # a team-mate sees the job, not its log; another team's user does not see the job at all
+    assert hub.queue("GET", f"workloads/{ns}/{name}/logs", hub.token_for("anna")).status_code == 403
+    assert hub.queue("GET", f"workloads/{ns}/{name}/logs", bob).status_code == 404
 
 
 def test_a_hub_user_without_an_os_account_is_refused_with_the_reason(owner_hub):

@@ -1,0 +1,135 @@
+"""What the browser tests share: the REST API through the test server (``api``, ``wait_for``,
+``wait_for_state``), a job that sleeps (``sleeper``), and JupyterLab as a user drives it
+(``open_panel``, ``set_sidebar_width``, ``open_palette``, ``use_theme``). Screenshots go to
+``SCREENSHOT_DIR`` (test-artifacts/screenshots/; ``GPUQUEUE_SCREENSHOT_DIR=docs/screenshots``
+refreshes the README's and the docs')."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tornado.httpclient import HTTPClientError
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
+API = ("gpuqueue", "api")
+
+
+async def api(jp_fetch, *parts, method="GET", body=None, params=None):
+    """Call the REST API with the server's token; the parsed JSON (AssertionError on an HTTP error,
+    with its body)."""
+    kwargs = {"method": method}
+    if params is not None:
+        kwargs["params"] = params
+    if body is not None:
+        kwargs["body"] = json.dumps(body)
+    try:
+        resp = await jp_fetch(*API, *parts, **kwargs)
+    except HTTPClientError as e:
+        detail = e.response.body.decode() if e.response is not None and e.response.body else ""
+        raise AssertionError(f"{method} {'/'.join(parts)}: HTTP {e.code} {detail}") from None
+    return json.loads(resp.body)
+
+
+async def wait_for(jp_fetch, key: str, pred, timeout: float = 30.0) -> dict:
+    """The workload ``namespace/name`` once ``pred(view)`` holds (AssertionError after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        w = await api(jp_fetch, "workloads", *key.split("/"))
+        if pred(w):
+            return w
+        assert time.monotonic() < deadline, f"{key}: {w}"
+        await asyncio.sleep(0.2)
+
+
+async def wait_for_state(jp_fetch, key: str, states: tuple, timeout: float = 30.0) -> dict:
+    """The workload ``namespace/name`` once its state is one of ``states``."""
+    try:
+        return await wait_for(jp_fetch, key, lambda w: w["state"] in states, timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{key} is not in {states} after {timeout}s: {e}") from None
+
+
+def sleeper(seconds: int = 600) -> list:
+    """A command that sleeps ``seconds`` (the PATH's python, as a user's would be)."""
+    return [shutil.which("python") or sys.executable, "-c", f"import time; time.sleep({seconds})"]
+
+
+async def open_panel(page, lab_url: str):
+    """JupyterLab at ``lab_url`` with the GPU Queue panel open and live; returns the panel's locator."""
+    from playwright.async_api import expect
+
+    await page.goto(lab_url)
+    await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+    # JupyterLab adds the sidebar tab once every plugin is activated (slow on a busy machine)
+    tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
+    await tab.wait_for(timeout=60000)
+    panel = page.locator("#jp-gpuqueue-panel")
+    if not await panel.is_visible():  # a reload restores the open panel; a click would close it
+        await tab.click()
+    await expect(panel).to_be_visible()
+    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+    return panel
+
+
+async def set_sidebar_width(page, width: int) -> None:
+    """Drag the left sidebar's split handle until the panel is ``width`` pixels wide (± 1; up to
+    three drags: JupyterLab's layout may snap the first)."""
+    for _ in range(3):
+        panel = await page.locator("#jp-gpuqueue-panel").bounding_box()
+        handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+        box = await handle.bounding_box()
+        if not panel or not box or abs(panel["width"] - width) <= 1:
+            return
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        await page.mouse.move(x, y)
+        await page.mouse.down()
+        await page.mouse.move(x + (width - panel["width"]), y, steps=5)
+        await page.mouse.up()
+        await page.wait_for_timeout(200)
+
+
+async def open_palette(page):
+    """Open JupyterLab's command palette with its shortcut, as a user would; returns its locator.
+    The focus leaves any field first: with a text field of the panel focused the shortcut did not
+    open the palette. Now and then a keystroke is missed all the same (a busy page): the shortcut
+    is pressed again after a second without a palette, not after a 5-30 s fill timeout."""
+    palette = page.locator("#command-palette")
+    field = palette.locator("input")
+    await page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    for attempt in range(5):
+        await page.keyboard.press("Control+Shift+C")
+        try:
+            await field.wait_for(state="visible", timeout=1000)
+            return palette
+        except Exception:
+            if await field.is_visible():
+                return palette
+            if attempt == 4:
+                raise
+    return palette
+
+
+async def use_theme(page, name: str, light: bool, settle_ms: int = 500) -> None:
+    """Switch JupyterLab's theme from the command palette (:func:`open_palette`), as a user would;
+    then wait ``settle_ms`` for the theme's CSS variables to settle."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+
+    palette = await open_palette(page)
+    await palette.locator("input").fill(name, timeout=5000)
+    item = palette.locator(".lm-CommandPalette-item", has_text=re.compile(f"(Use Theme: )?{name}$")).first
+    try:
+        await item.click(timeout=10000)
+    except PlaywrightTimeoutError:
+        # On a busy page the click can land while Playwright still retries it (the theme changes,
+        # the palette closes, the item is gone): the theme attribute below is what tells.
+        pass
+    await page.locator(f'body[data-jp-theme-light="{"true" if light else "false"}"]').wait_for(state="attached")
+    await page.wait_for_timeout(settle_ms)
