@@ -14,7 +14,7 @@ import re
 import time
 
 import pytest
-from browserkit import API, SCREENSHOT_DIR, api, set_sidebar_width, sleeper, wait_for_state
+from browserkit import API, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -297,11 +297,7 @@ async def test_another_teams_jobs_in_the_team_queue_are_anonymised(jp_fetch, sta
             try:
                 page = await browser.new_page(viewport={"width": 1280, "height": 900})
                 page.set_default_timeout(30000)
-                await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
-                await page.locator(".jp-gpuqueue-status").click()
-                panel = page.locator("#jp-gpuqueue-panel")
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                panel = await open_panel(page, lab_url)
                 team = panel.locator('[data-cluster-queue="team-a-cq"] .jp-gpuqueue-pending li')
                 await expect(team).to_have_count(2)
                 await expect(team.nth(0)).to_contain_text("team-a/anon-mine")
