@@ -17,8 +17,9 @@ run times), computed here:
 - **Where.** In a forked copy of the process (``use_fork``, Linux): the fork is the event loop's
   only pause at the start of a refresh; the child takes the copy of the Scheduler
   (:func:`..engine.snapshot.snapshot`) from its copy-on-write image of the server as of the fork,
-  runs the forward run at the lowest CPU priority (``child_nice``: on a busy machine the
-  server's threads win the cores), and writes its result back as plain tuples through a pipe
+  runs the forward run at a low CPU priority (``child_nice``, 10: on a busy machine the
+  server's threads win the cores, and the child still gets about a tenth of a core beside a
+  busy process, where nice 19 got a seventieth: BENCHMARKS.md), and writes its result back as plain tuples through a pipe
   the loop reads without blocking. The loop decodes and publishes it in slices of at most
   ``slice_seconds`` (1 ms), each a callback of its own, so requests are served in between (as
   scheduling cycles are). Without fork: the snapshot on the loop, the forward run on one worker
@@ -162,7 +163,8 @@ class Estimates:
     events_per_refresh = 50  # workload events sent per refresh at most (the rest at the next one)
     cpu_share = 0.1  # of one core, at most, for the estimates (refreshes are spaced to keep to it)
     loop_share = 0.01  # of the event loop's time, at most, for a refresh (the fork, applying the result)
-    child_nice = 19  # the forked process's niceness: the server's threads win the cores
+    child_nice = 10  # the forked process's niceness: the server's threads win the cores (19: estimates
+    # ~10 s late on a machine whose cores other work saturates, BENCHMARKS.md)
     slice_seconds = 0.001  # s of the loop per slice of applying a result (then the loop serves others)
     rows_per_chunk = 256  # estimates per pickled chunk of the forked process's result
 
@@ -360,8 +362,8 @@ class Estimates:
     def _fork_compute(self, loop: asyncio.AbstractEventLoop, plan: dict) -> None:
         """Compute in a forked copy of this process, which has the Scheduler, the records and the
         model as they are now (copy-on-write): the child takes the snapshot (:meth:`_job`), runs
-        the estimator at the lowest CPU priority (``child_nice``: on a busy machine the server
-        wins the cores) and writes the result back through a pipe (:func:`_encode_result`), which
+        the estimator at a low CPU priority (``child_nice``: on a busy machine the server wins
+        the cores) and writes the result back through a pipe (:func:`_encode_result`), which
         the loop reads without blocking and applies in slices (:meth:`_decode_steps`). A thread
         would share the GIL with the event loop: during a refresh every request would wait for it
         (BENCHMARKS.md, "Estimated start times in the live service"). The child closes every

@@ -123,7 +123,7 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                     re.compile(r"^Waiting for 1 more GPU of nvidia-h100 \(the quota is in use\)\s*waiting: (?!Pending\b)\w+ — .+")
                 )
                 # when it should start: team-b's blocker declared 15 min and there is no history
-                # (the estimator runs at the lowest CPU priority: on a machine busy with other
+                # (the estimator runs at a low CPU priority: on a machine busy with other
                 # work, here the suite's other worker, its first round can take a while)
                 await expect(row.locator(".jp-gpuqueue-eta-start")).to_have_text(
                     re.compile(r"^starts\sin\s~1[345]\smin"), timeout=60000
