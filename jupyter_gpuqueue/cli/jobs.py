@@ -461,7 +461,8 @@ def _add_list(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
         help="your workloads, newest first",
         description="List workloads with their state, 1-based queue position, flavor and cost.",
     )
-    p.add_argument("--all", action="store_true", help="everyone's workloads, not only yours")
+    p.add_argument("--all", action="store_true",
+                   help="every workload you may see (your teams', everyone's for a queue admin), not only yours")
     p.add_argument("--namespace", metavar="NS", help="only this namespace (team)")
     p.add_argument("--state", metavar="STATES", help="only these states, comma-separated, e.g. Pending,Running")
 
