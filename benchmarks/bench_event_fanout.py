@@ -13,12 +13,10 @@ this measures the broadcaster's own work, which runs on the server's event loop.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
-from pathlib import Path
 
 from jupyter_gpuqueue.server.events import EventBroadcaster
-from jupyter_gpuqueue.service import create_service
+from tempservice import temp_service
 
 INVENTORY = """
 nodes:
@@ -65,13 +63,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=21)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
-    (tmp / "cluster.yaml").write_text(cluster(args.teams))
-    (tmp / "inventory.yaml").write_text(INVENTORY)
     users = {f"u{i}": [f"team-{i % args.teams}/q"] for i in range(args.clients)}
-    svc = create_service(config_paths=[str(tmp / "cluster.yaml")], inventory_path=str(tmp / "inventory.yaml"),
-                         db_url=f"sqlite:///{tmp / 'q.sqlite'}", root_dir=str(tmp), data_dir=str(tmp / "data"),
-                         user_local_queues=users)
+    svc = temp_service(cluster(args.teams), INVENTORY, user_local_queues=users)
     events = [{"type": "workload", "workload": {"namespace": f"team-{i % args.teams}", "name": f"w{i}",
                                                 "owner": f"u{i % args.clients}", "state": "Pending", "pad": "x" * 600}}
               for i in range(args.events)]

@@ -14,11 +14,9 @@ import asyncio
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from jupyter_gpuqueue.service import create_service
+from tempservice import temp_service
 
 CLUSTER = """
 apiVersion: kueue.x-k8s.io/v1beta1
@@ -51,11 +49,7 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 def main() -> None:
     nice, hogs = int(sys.argv[1]), int(sys.argv[2])
     pending = int(sys.argv[3]) if len(sys.argv) > 3 else 1500
-    tmp = Path(tempfile.mkdtemp())
-    (tmp / "cluster.yaml").write_text(CLUSTER)
-    (tmp / "inventory.yaml").write_text(INVENTORY)
-    svc = create_service(config_paths=[str(tmp / "cluster.yaml")], inventory_path=str(tmp / "inventory.yaml"),
-                         db_url=f"sqlite:///{tmp / 'q.sqlite'}", root_dir=str(tmp), data_dir=str(tmp / "data"))
+    svc = temp_service(CLUSTER, INVENTORY)
     svc.estimates.child_nice = nice
     procs: list[subprocess.Popen] = []
 

@@ -170,6 +170,7 @@ class EventBroadcaster:
                     frame = frames[text] = text_frame(text)
                 client._write_frame(frame)
 
+
 def _selection(viewer: Any, parts: list[str], wheres: list, by_owner: dict, selections: dict,
                batch_of: Any) -> tuple[list[str], str]:
     """The parts (and their batch) ``viewer`` sees, cached in ``selections`` by its teams, and by

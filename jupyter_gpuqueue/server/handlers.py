@@ -170,8 +170,7 @@ class GpuQueueHandler(APIHandler):
         named (service/visibility.py)."""
         viewer = self.viewer
         if not viewer.sees_all:
-            rec = self.service.record(namespace, name)
-            viewer.workload({"namespace": rec["namespace"], "name": rec["name"], "owner": rec["owner"]})
+            viewer.check(namespace, name, self.service.record(namespace, name)["owner"])
 
     # -- request parsing -----------------------------------------------------------------------
 

@@ -19,8 +19,8 @@ run times), computed here:
   (:func:`..engine.snapshot.snapshot`) from its copy-on-write image of the server as of the fork,
   runs the forward run at a low CPU priority (``child_nice``, 10: on a busy machine the
   server's threads win the cores, and the child still gets about a tenth of a core beside a
-  busy process, where nice 19 got a seventieth: BENCHMARKS.md), and writes its result back as plain tuples through a pipe
-  the loop reads without blocking. The loop decodes and publishes it in slices of at most
+  busy process, where nice 19 got a seventieth: BENCHMARKS.md), and writes its result back as
+  plain tuples through a pipe the loop reads without blocking. The loop decodes and publishes it in slices of at most
   ``slice_seconds`` (1 ms), each a callback of its own, so requests are served in between (as
   scheduling cycles are). Without fork: the snapshot on the loop, the forward run on one worker
   thread. A result computed from a snapshot older than the one already published is dropped.

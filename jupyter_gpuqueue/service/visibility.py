@@ -57,19 +57,16 @@ class Viewer:
             return views
         return [v for v in views if self.sees(v["namespace"], v["owner"])]
 
-    def workload(self, view: dict) -> dict:
-        """``view``, or NotFound (field ``name``) worded as for a workload that does not exist."""
-        if not self.sees(view["namespace"], view["owner"]):
-            raise NotFound(f"workload {view['namespace']}/{view['name']} not found", "name")
-        return view
+    def check(self, namespace: str, name: str, owner: Optional[str]) -> None:
+        """NotFound (field ``name``), worded as for a workload that does not exist, unless this
+        viewer sees the workload ``namespace/name`` of ``owner``."""
+        if not self.sees(namespace, owner):
+            raise NotFound(f"workload {namespace}/{name} not found", "name")
 
-    def event(self, event: dict) -> bool:
-        """Whether a stream event (``{"type": "workload", "workload": view}`` or another) goes to
-        this viewer."""
-        if self.namespaces is None or event.get("type") != "workload":
-            return True
-        wl = event.get("workload") or {}
-        return self.sees(wl.get("namespace", ""), wl.get("owner"))
+    def workload(self, view: dict) -> dict:
+        """``view``, or NotFound as :meth:`check` says."""
+        self.check(view["namespace"], view["name"], view["owner"])
+        return view
 
     def queues(self, queues: dict) -> dict:
         """``GET queues`` with another team's pending entries anonymised (name, owner, message null)."""
