@@ -14,7 +14,7 @@ import re
 import time
 
 import pytest
-from browserkit import API, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, wait_for_state
+from browserkit import API, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, use_theme, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -307,6 +307,9 @@ async def test_another_teams_jobs_in_the_team_queue_are_anonymised(jp_fetch, sta
                 await expect(panel.locator('[data-section="admin"]')).to_have_count(0)
                 await panel.locator('[data-section="availability"] .jp-gpuqueue-section-toggle').click()
                 await page.screenshot(path=str(SCREENSHOT_DIR / "panel-team-queue-anonymised.png"))
+                await use_theme(page, "JupyterLab Dark", False)
+                await page.screenshot(path=str(SCREENSHOT_DIR / "panel-team-queue-anonymised-dark.png"))
+                await use_theme(page, "JupyterLab Light", True)
             finally:
                 await browser.close()
     finally:
