@@ -6,7 +6,10 @@ default on Linux): a port found there by binding to port 0 and closing can be ta
 outgoing connection before the server binds it — seen with the test suite in two workers ("port
 59621 is already in use", a hub's service that never came up). A random port below that range
 instead, checked free by binding it; two processes picking at once collide only if they draw the
-same one of some 12,000 ports at the same moment.
+same one of some 12,000 ports at the same moment. Within one process a port is never handed out
+twice: several picked before any server binds them (a hub's own port, its proxy's, its service's)
+were once the same port ("the gpuqueue service through the proxy not up in time": the hub and its
+service both given 29072).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import random
 import socket
 
 LOW = 20000  # below: well-known and registered services people run on their machines
+_handed_out: set[int] = set()  # by this process: a port picked may not be bound yet
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -27,19 +31,23 @@ def _ephemeral_range() -> tuple[int, int]:
 
 
 def free_port(attempts: int = 200) -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range (see the
-    module docstring); the kernel's choice (bind to port 0) if none is found in ``attempts``."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range and never
+    handed out before by this process (see the module docstring); the kernel's choice (bind to
+    port 0) if none is found in ``attempts``."""
     lo, hi = _ephemeral_range()
     span = (LOW, lo) if lo - LOW >= 1000 else (hi + 1, 65536)
     rng = random.SystemRandom()
     for _ in range(attempts):
         port = rng.randrange(*span)
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

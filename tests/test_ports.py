@@ -25,3 +25,13 @@ def test_a_port_in_use_is_not_picked(monkeypatch):
         monkeypatch.setattr(ports, "_ephemeral_range", lambda: (60000, 61000))
         # (taken is in the kernel's range here; what is checked is that a bound port is skipped)
         assert ports.free_port() == 23456
+
+
+def test_a_port_handed_out_is_not_handed_out_again(monkeypatch):
+    """Ports picked one after another before any is bound (a hub's, its proxy's, its service's)
+    are distinct even when the random draw repeats."""
+    monkeypatch.setattr(ports, "_handed_out", set())
+    draws = iter([24680, 24680, 24680, 24682])
+    monkeypatch.setattr(ports.random.SystemRandom, "randrange", lambda self, a, b: next(draws))
+    monkeypatch.setattr(ports, "_ephemeral_range", lambda: (60000, 61000))
+    assert [ports.free_port(), ports.free_port()] == [24680, 24682]
