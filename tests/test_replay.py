@@ -516,3 +516,60 @@ def test_sweep_history_a_new_sweep_runs_like_the_teams_last_one_and_at_least_as_
     for u in (0.3, 0.5, 0.9):
         assert 3000.0 < m.quantile(third[29], 0.0, u) <= 3720.0
     assert 3000.0 < m.quantile(third[10], 3000.0, 0.5) <= 3720.0  # a running one: the same, conditioned
+
+
+def test_sweep_history_a_running_sweeps_level_is_fitted_to_its_running_jobs():
+    """SweepHistoryRuntime's level (replay/eta.py): a running job of a sweep with too few finished
+    runs draws from the sweep's level — the previous sweep's a priori, moved by how long its jobs
+    have run and by its first finished runs — so one long-running sibling no longer makes the
+    others run as long (the floor did), a sweep whose jobs all outran the previous one's is read as
+    a longer one, and a pending job, a sweep's first jobs and one job far beyond its sweep answer
+    as before."""
+    from jupyter_gpuqueue.engine.model import PodSet, Workload
+    from jupyter_gpuqueue.replay.eta import BURST_LABEL, RANK_LABEL, make_model
+
+    def job(name, burst, rank):
+        w = Workload(namespace="team", name=name, queue_name="q", pod_sets=[PodSet("main", 1, {GPU: 1})])
+        w.labels = {BURST_LABEL: burst, RANK_LABEL: str(rank)}
+        return w
+
+    def models():
+        out = []
+        for level in (True, False):
+            m = make_model("history", {}, 86400.0, sweeps=True, sweep_level=level)
+            for i in range(40):  # the team's mix: a quarter fail within a minute, the rest 1-11 h
+                m.observe(job(f"mix{i}", f"single{i}", 1), 30.0 if i % 4 == 0 else 3600.0 * (1 + i % 11))
+            for i in range(25):  # the team's last sweep: 25 jobs of 50-62 min
+                m.observe(job(f"old{i}", "sweep1", i + 1), 3000.0 + 30.0 * (i % 25))
+            out.append(m)
+        return out
+
+    fitted, floored = models()
+    sweep = [job(f"new{r}", "sweep2", r) for r in range(1, 31)]
+    # 19 jobs running 5-20 min, none finished, and its 2nd job for 40 h already
+    running = [(sweep[i], 300.0 + 50.0 * i) for i in range(2, 21)] + [(sweep[1], 144000.0)]
+    for m in (fitted, floored):
+        m.set_running(running)
+    young = sweep[9]  # rank 10, running 13 min 20 s
+    assert 3000.0 <= fitted.quantile(young, 800.0, 0.5) <= 4500.0  # the last sweep's level
+    assert floored.quantile(young, 800.0, 0.5) >= 144000.0  # floored by its 40-h sibling
+    # every quantile is a run time no shorter than what it has run, rising with u
+    qs = [fitted.quantile(young, 800.0, u) for u in (0.05, 0.5, 0.95)]
+    assert 800.0 <= qs[0] <= qs[1] <= qs[2] < 3 * 3600.0
+    # a pending job of the sweep, its first jobs (rank < 5) and the 40-h one (beyond 2 spreads
+    # above the level) answer as before
+    assert fitted.quantile(sweep[25], 0.0, 0.5) == floored.quantile(sweep[25], 0.0, 0.5)
+    assert fitted.quantile(sweep[2], 1000.0, 0.5) == floored.quantile(sweep[2], 1000.0, 0.5)
+    assert fitted.quantile(sweep[1], 144000.0, 0.5) == floored.quantile(sweep[1], 144000.0, 0.5)
+
+    # a sweep whose 20 running jobs have all run 70-80 min, past the last sweep's 62: a longer one
+    fitted, _ = models()
+    fitted.set_running([(sweep[i], 4200.0 + 30.0 * i) for i in range(20)])
+    assert 4800.0 < fitted.quantile(sweep[10], 4500.0, 0.5) < 3 * 3600.0
+    # its first finished runs over 5 min say where the level is: 100 min
+    for i in range(3):
+        fitted.observe(job(f"new-done{i}", "sweep2", 40 + i), 6000.0)
+    fitted.set_running([(sweep[i], 4200.0 + 30.0 * i) for i in range(20)])
+    assert 5400.0 < fitted.quantile(sweep[10], 4500.0, 0.5) < 7200.0
+    with pytest.raises(ValueError):
+        make_model("history", {}, 86400.0, sweeps=True, sweep_spread=0.0)

@@ -26,7 +26,8 @@ per team (namespace) and GPU count, then per team, then all jobs, then declared 
 per key; for a running job, the runs longer than it has run so far). A job whose burst has fewer
 than 5 finished runs (a sweep that has just begun) answers, from its 5th job in the burst on, from
 the team's previous sweep of that GPU count, and runs at least as long as its longest-running
-sibling has so far; the share of a burst still running beyond its
+sibling has so far — a running one from the sweep's own level instead, fitted to how long its
+jobs have run with the previous sweep's as the prior; the share of a burst still running beyond its
 longest finished run answers the same way (:class:`SweepHistoryRuntime`; ``EtaOptions.sweeps``,
 on by default). It learns
 a job's run time when the job finishes in the simulation — only jobs finished before the estimate
@@ -77,6 +78,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Optional
 
 from ..engine.wait_rate import RATE_WINDOWS, blend_waits, rate_wait, recent_wait
@@ -127,6 +129,11 @@ class EtaOptions:
     # the sibling floor: this quantile of the running siblings' elapsed times (1: the longest-running;
     # 0.5, the median, measured: BENCHMARKS.md)
     sweep_floor_quantile: float = 1.0
+    # sweep_level: a running job of a sweep with too few finished runs draws from the sweep's level
+    # fitted to its running and finished jobs (SweepHistoryRuntime; BENCHMARKS.md, session 12);
+    # sweep_spread: the within-sweep spread of log run times that fit assumes
+    sweep_level: bool = True
+    sweep_spread: float = 0.2
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -189,6 +196,22 @@ class SweepHistoryRuntime(HistoryRuntime):
       conditioned on the floor; with fewer than 5 runs that long, the broader keys, conditioned on
       the floor.
 
+    A **running** job of such a sweep (``level``, on; from its ``min_rank``-th job on, with a previous
+    sweep) draws instead from the sweep's own *level*, fitted: the sweep's log run times lie around
+    a level μ with the spread ``spread`` (0.2: a sweep's runs are alike; the trace's sweeps have a
+    median spread of 0.28, their middle half 0.12–0.49), and μ is a priori the previous sweep's
+    median (of its runs over ``failure_seconds``) give or take ``level_sd`` (0.45: the previous
+    sweep's median is within e^0.29 of the next one's at the median). Its finished runs over
+    ``failure_seconds`` and its running jobs — each has run at least its elapsed time: censored —
+    give μ's posterior (:meth:`_level`); the job runs as the lognormal of that level (its
+    spread widened by μ's uncertainty) says, given that it has run ``elapsed``. So a sweep whose
+    jobs have all run past the previous sweep's runs is read as a longer sweep, and one
+    long-running sibling (a sweep's first job can run for days) no longer makes the others run as
+    long — the floor did: each observation's weight in the fit is bounded. A job already beyond
+    ``outlier_z`` spreads above the level (one of a sweep's few long runs) answers as before.
+    Measured (BENCHMARKS.md, session 12): the true run times of those running jobs would take the
+    median error at submission from 6.8 to 5.7 min; the fit takes it to 6.5.
+
     And for a job whose burst *has* enough finished runs, while others still run: the burst's
     Kaplan-Meier estimate answers up to its longest finished run; the mass beyond it (the share of
     the burst still running: the first runs to finish are a sweep's shortest, often its failures)
@@ -199,15 +222,35 @@ class SweepHistoryRuntime(HistoryRuntime):
     It reads only what is known at the estimate: finished runs, the running jobs' elapsed times and
     each job's rank in its burst (known at submission)."""
 
-    def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, floor_quantile: float = 1.0, **kwargs):
+    def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, floor_quantile: float = 1.0,
+                 level: bool = True, spread: float = 0.2, level_sd: float = 0.45,
+                 failure_seconds: float = 300.0, outlier_z: float = 2.0, **kwargs):
         kwargs.setdefault("sibling_floor", True)
         kwargs.setdefault("sibling_floor_quantile", floor_quantile)
         super().__init__(*args, **kwargs)
+        if spread <= 0 or level_sd <= 0:
+            raise ValueError("spread and level_sd must be positive")
         self.min_jobs = max(1, int(min_jobs))
         self.min_rank = max(1, int(min_rank))
+        self.level, self.spread, self.level_sd = bool(level), float(spread), float(level_sd)
+        self.failure_seconds, self.outlier_z = float(failure_seconds), float(outlier_z)
         self._last_sweep: dict = {}  # (team, GPUs) key -> burst key of its latest sweep
+        self._running: dict = {}  # burst key -> elapsed times of its running jobs (set_running)
+        self._levels: dict = {}  # (burst key, previous sweep's key) -> (μ, sd) or None, until a change
+
+    def set_running(self, running) -> None:
+        running = list(running)
+        super().set_running(running)
+        by_burst: dict = {}
+        for wl, elapsed in running:
+            burst = wl.labels.get(BURST_LABEL)
+            if burst is not None:
+                by_burst.setdefault(("burst", burst), []).append(float(elapsed))
+        self._running = by_burst
+        self._levels = {}
 
     def observe(self, wl: Workload, runtime: float) -> None:
+        self._levels = {}
         super().observe(wl, runtime)
         keys = self.keys(wl)
         if keys and keys[0][0] == "burst" and _rank(wl) >= self.min_jobs \
@@ -231,6 +274,10 @@ class SweepHistoryRuntime(HistoryRuntime):
                 return max(elapsed, prev)
             return max(elapsed, self._quantile_keys(wl, keys[1:], floor, v))
         if _rank(wl) >= self.min_rank:
+            if elapsed > 0 and self.level:
+                x = self._from_level(keys, k0, elapsed, u)
+                if x is not None:
+                    return x
             prev = self._previous_sweep(keys, k0, max(elapsed, floor0), u)
             if prev is not None:
                 return max(elapsed, prev)
@@ -245,6 +292,59 @@ class SweepHistoryRuntime(HistoryRuntime):
             return None
         return (u - (1.0 - tail)) / tail, s.sorted[-1]
 
+    def _from_level(self, keys, k0, elapsed: float, u: float) -> Optional[float]:
+        """Quantile ``u`` of a running job's run time (s) from its sweep's fitted level, given that it
+        has run ``elapsed`` s; None without a level or beyond ``outlier_z`` spreads above it."""
+        fit = self._level(k0, self._last_sweep.get(keys[1]))
+        if fit is None:
+            return None
+        mu, sd = fit
+        z = (math.log(max(elapsed, 1.0)) - mu) / sd
+        if z > self.outlier_z:
+            return None
+        p0 = _NORMAL.cdf(z)
+        p = min(max(p0 + u * (1.0 - p0), 1e-9), 1.0 - 1e-9)
+        return max(elapsed, math.exp(mu + sd * _NORMAL.inv_cdf(p)))
+
+    def _level(self, k0, prev) -> Optional[tuple[float, float]]:
+        """(μ, sd) of burst ``k0``'s log run times: μ's posterior mean on a grid (the previous
+        sweep ``prev``'s median ± ``level_sd`` a priori; the burst's finished runs over
+        ``failure_seconds`` as observations with spread ``spread``, its running jobs as censored
+        ones; each observation's likelihood floored at 1 %, so that one odd run cannot decide),
+        and sd = √(spread² + μ's posterior variance). None without ``prev`` or with fewer than 5
+        of its runs over ``failure_seconds``. Cached until the next ``observe`` or ``set_running``."""
+        if prev is None or prev == k0:
+            return None
+        key = (k0, prev)
+        if key in self._levels:
+            return self._levels[key]
+        xs = self._samples[prev].sorted
+        i = bisect.bisect_right(xs, self.failure_seconds)
+        fit = None
+        if len(xs) - i >= 5:
+            m0 = math.log(_quantile(xs, 0.5, i))
+            own = self._samples.get(k0)
+            done = [math.log(x) for x in (own.sorted if own else ()) if x > self.failure_seconds]
+            running = [math.log(x) for x in self._running.get(k0, ()) if x > self.failure_seconds]
+            sw, sp = self.spread, self.level_sd
+            weights = []
+            for g in _LEVEL_GRID:
+                mu = m0 + g
+                ll = -g * g / (2.0 * sp * sp)
+                for x in done:
+                    ll += math.log(math.exp(-0.5 * ((x - mu) / sw) ** 2) / sw + 0.01)
+                for x in running:
+                    ll += math.log(0.5 * math.erfc((x - mu) / (sw * math.sqrt(2.0))) + 0.01)
+                weights.append(ll)
+            top = max(weights)
+            weights = [math.exp(v - top) for v in weights]
+            total = sum(weights)
+            mean = sum(w * g for w, g in zip(weights, _LEVEL_GRID)) / total
+            var = sum(w * (g - mean) ** 2 for w, g in zip(weights, _LEVEL_GRID)) / total
+            fit = (m0 + mean, math.sqrt(sw * sw + var))
+        self._levels[key] = fit
+        return fit
+
     def _previous_sweep(self, keys, k0, floor: float, u: float) -> Optional[float]:
         """Quantile ``u`` of the team's previous sweep's runs longer than ``floor``; None without
         such a sweep or with fewer than 5 such runs."""
@@ -256,6 +356,10 @@ class SweepHistoryRuntime(HistoryRuntime):
         return _quantile(xs, u, i) if len(xs) - i >= 5 else None
 
 
+_NORMAL = NormalDist()
+_LEVEL_GRID = tuple(i * 0.05 for i in range(-50, 51))  # a sweep's level: log-offsets from the prior's
+
+
 def _rank(wl: Workload) -> int:
     try:
         return int(wl.labels.get(RANK_LABEL, 0))
@@ -265,7 +369,8 @@ def _rank(wl: Workload) -> int:
 
 def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000,
                burst_min_samples: int = 5, sweeps: bool = False, sweep_min_jobs: int = 20,
-               sweep_min_rank: int = 5, sweep_floor_quantile: float = 1.0) -> RuntimeModel:
+               sweep_min_rank: int = 5, sweep_floor_quantile: float = 1.0, sweep_level: bool = True,
+               sweep_spread: float = 0.2) -> RuntimeModel:
     """The runtime model ``name`` of ``--runtime-model`` (history | declared | oracle);
     ``sweeps``: the history model is :class:`SweepHistoryRuntime`."""
     declared = DeclaredRuntime(declared_seconds)
@@ -278,7 +383,8 @@ def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, w
         cls, extra = HistoryRuntime, {}
         if sweeps:
             cls, extra = SweepHistoryRuntime, {"min_jobs": sweep_min_jobs, "min_rank": sweep_min_rank,
-                                               "floor_quantile": sweep_floor_quantile}
+                                               "floor_quantile": sweep_floor_quantile, "level": sweep_level,
+                                               "spread": sweep_spread}
         return cls(team_gpu_keys, fallback=declared, window=window,
                    min_samples_for=lambda k: need if k[0] == "burst" else 5, **extra)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
@@ -374,7 +480,8 @@ def eta_report(
     model = make_model(eta.runtime_model, runtimes, eta.declared_seconds, eta.history_window,
                        eta.burst_min_samples, sweeps=eta.sweeps and eta.bursts,
                        sweep_min_jobs=eta.sweep_min_jobs, sweep_min_rank=eta.sweep_min_rank,
-                       sweep_floor_quantile=eta.sweep_floor_quantile)
+                       sweep_floor_quantile=eta.sweep_floor_quantile, sweep_level=eta.sweep_level,
+                       sweep_spread=eta.sweep_spread)
     if eta.sibling_floor and isinstance(model, HistoryRuntime):
         model.sibling_floor = True
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
