@@ -201,10 +201,10 @@ class SweepHistoryRuntime(HistoryRuntime):
     a level μ with the spread ``spread`` (0.2: a sweep's runs are alike; the trace's sweeps have a
     median spread of 0.28, their middle half 0.12–0.49), and μ is a priori the previous sweep's
     median (of its runs over ``failure_seconds``) give or take ``level_sd`` (0.45: the previous
-    sweep's median is within e^0.29 of the next one's at the median). Its finished runs over
-    ``failure_seconds`` and its running jobs — each has run at least its elapsed time: censored —
-    give μ's posterior (:meth:`_level`); the job runs as the lognormal of that level (its
-    spread widened by μ's uncertainty) says, given that it has run ``elapsed``. So a sweep whose
+    sweep's median misses the next one's by a factor e^0.29 at the median, a normal's σ of 0.43).
+    Its finished runs over ``failure_seconds`` and its running jobs — each has run at least its
+    elapsed time: censored — give μ's posterior (:meth:`_level`); the job runs as the lognormal of
+    that level (its spread widened by μ's uncertainty) says, given that it has run ``elapsed``. So a sweep whose
     jobs have all run past the previous sweep's runs is read as a longer sweep, and one
     long-running sibling (a sweep's first job can run for days) no longer makes the others run as
     long — the floor did: each observation's weight in the fit is bounded. A job already beyond
