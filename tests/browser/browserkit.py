@@ -62,12 +62,24 @@ def sleeper(seconds: int = 600) -> list:
     return [shutil.which("python") or sys.executable, "-c", f"import time; time.sleep({seconds})"]
 
 
+async def wait_for_lab(page) -> None:
+    """After a ``goto`` or ``reload``: wait until JupyterLab has started up. Its start-up ends by
+    opening a Launcher in the empty main area (or restoring the workspace's widgets), and
+    activating a main-area widget focuses it: a field of the panel focused before then loses the
+    focus mid-edit (seen under load: ``fill("")`` selected the cohort, the Launcher took the focus,
+    the Delete key went to it and the cohort stayed). So: the main area's first widget, then two
+    frames for its activation."""
+    await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+    await page.locator("#jp-main-dock-panel .jp-MainAreaWidget").first.wait_for(timeout=60000)
+    await page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
 async def open_panel(page, lab_url: str):
     """JupyterLab at ``lab_url`` with the GPU Queue panel open and live; returns the panel's locator."""
     from playwright.async_api import expect
 
     await page.goto(lab_url)
-    await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+    await wait_for_lab(page)
     # JupyterLab adds the sidebar tab once every plugin is activated (slow on a busy machine)
     tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
     await tab.wait_for(timeout=60000)

@@ -11,7 +11,7 @@ import json
 import sys
 
 import pytest
-from browserkit import api, wait_for
+from browserkit import api, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -49,7 +49,7 @@ async def test_browser_notifications_are_off_by_default_and_ask_permission_when_
             await page.add_init_script(FAKE_NOTIFICATION)
             page.set_default_timeout(30000)
             await page.goto(lab_url)
-            await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+            await wait_for_lab(page)
             await expect(page.locator(".jp-gpuqueue-status")).to_be_visible()
             await page.wait_for_timeout(1500)
             toasts = page.locator(".Toastify__toast")
@@ -65,7 +65,7 @@ async def test_browser_notifications_are_off_by_default_and_ask_permission_when_
             await jp_fetch("lab", "api", "settings", "jupyter-gpuqueue:plugin", method="PUT",
                            body=json.dumps({"raw": json.dumps({"browserNotifications": True})}))
             await page.reload()
-            await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+            await wait_for_lab(page)
             await expect(page.locator(".jp-gpuqueue-status")).to_be_visible()
             await page.wait_for_function("window.__asked === 1")
             await page.wait_for_timeout(1500)

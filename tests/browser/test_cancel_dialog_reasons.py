@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import pytest
-from browserkit import api, sleeper, wait_for_state
+from browserkit import api, sleeper, wait_for_state, wait_for_lab
 
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -35,7 +35,7 @@ async def test_plain_reason_and_no_stale_cancel_dialog(jp_fetch, started, lab_ur
                 page = await browser.new_page(viewport={"width": 1280, "height": 1000})
                 page.set_default_timeout(30000)
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()
                 panel = page.locator("#jp-gpuqueue-panel")
                 await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from jupyter_gpuqueue.ledger import Prices, reports
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for_state
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for_state, wait_for_lab
 
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -101,7 +101,7 @@ async def test_cost_view_and_status_bar(jp_fetch, gpuqueue_service, lab_url, chr
                 errors: list[str] = []
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
 
                 # The status bar: position of the next pending job (1-based), running jobs, spend.
                 status = page.locator(".jp-gpuqueue-status")

@@ -31,7 +31,7 @@ import time
 import uuid
 
 import pytest
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, sleeper, use_theme, wait_for
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, sleeper, use_theme, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -181,7 +181,7 @@ async def test_estimates_on_the_card_and_the_status_bar(jp_fetch, gpuqueue_servi
                 page_errors: list[str] = []
                 page.on("pageerror", lambda e: page_errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 # the status bar's tooltip names the next pending job and its estimate
                 status = page.locator(".jp-gpuqueue-status")
                 await expect(status).to_have_attribute("title", re.compile(

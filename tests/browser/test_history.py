@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 from test_job_page import switch_theme
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for, wait_for_lab
 from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -83,7 +83,7 @@ async def test_filter_search_clear_and_page_my_jobs(jp_fetch, gpuqueue_service, 
                 page_errors: list[str] = []
                 page.on("pageerror", lambda e: page_errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()
                 panel = page.locator("#jp-gpuqueue-panel")
                 await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
@@ -166,7 +166,7 @@ async def test_filter_search_clear_and_page_my_jobs(jp_fetch, gpuqueue_service, 
                 cleared = tools.locator(".jp-gpuqueue-history-cleared")
                 await expect(cleared).to_have_text(f"{N} finished jobs cleared · Show")
                 await page.reload()
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 panel = page.locator("#jp-gpuqueue-panel")
                 jobs = panel.locator('[data-section="jobs"]')
                 await expect(jobs.locator(".jp-gpuqueue-job")).to_have_count(1)

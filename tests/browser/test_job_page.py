@@ -36,7 +36,7 @@ import pynvml
 import pytest
 
 from jupyter_gpuqueue.inventory.nvml import gpu_samples
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, use_theme, wait_for
+from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, use_theme, wait_for, wait_for_lab
 from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -166,7 +166,7 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                 page_errors: list[str] = []
                 page.on("pageerror", lambda e: page_errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()  # opens the panel
                 panel = page.locator("#jp-gpuqueue-panel")
                 await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
@@ -335,7 +335,7 @@ async def test_a_job_nvml_never_sampled_says_so_and_an_ended_job_does_not_follow
             page = await browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(30000)
             await page.goto(lab_url)
-            await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+            await wait_for_lab(page)
             await page.evaluate(
                 "() => window.jupyterapp.commands.execute('gpuqueue:open-job', {namespace: 'team-a', name: 'short'}).then(() => true)")
             jobpage = page.locator('[data-gpuqueue-jobpage="team-a/short"]')

@@ -22,7 +22,7 @@ import re
 import time
 
 import pytest
-from browserkit import api, sleeper, wait_for
+from browserkit import api, sleeper, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -59,7 +59,7 @@ async def test_lease_preemption_warning_shows_time_left_then_goes(jp_fetch, star
                 errors: list[str] = []
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 # the panel's model is live (it also feeds the warning)
                 await page.locator("#jp-gpuqueue-panel").wait_for(state="attached")
                 toast = page.locator(".Toastify__toast", has_text="Your notebook's GPU lease team-a/nb-alice")
@@ -158,7 +158,7 @@ async def test_the_hub_stops_the_server_at_the_lease_deadline(jp_fetch, started,
                     status=200, content_type="text/html; charset=UTF-8", body=HUB_LOGIN_PAGE))
 
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
                 await tab.wait_for(timeout=60000)
                 panel = page.locator("#jp-gpuqueue-panel")

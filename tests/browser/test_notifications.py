@@ -14,7 +14,7 @@ import re
 import sys
 
 import pytest
-from browserkit import api, wait_for
+from browserkit import api, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -42,7 +42,7 @@ async def test_a_notification_for_each_transition_of_my_jobs(jp_fetch, gpuqueue_
                 page_errors: list[str] = []
                 page.on("pageerror", lambda e: page_errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 # the model is live (the status bar shows it) before anything changes
                 await expect(page.locator(".jp-gpuqueue-status")).to_be_visible()
                 await page.wait_for_timeout(1500)

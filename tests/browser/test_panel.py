@@ -14,7 +14,9 @@ import re
 import time
 
 import pytest
-from browserkit import API, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, use_theme, wait_for_state
+from browserkit import (
+    API, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, use_theme, wait_for_state, wait_for_lab,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -76,7 +78,7 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                 # (2) JupyterLab with the script open; "Submit as GPU job…" on it in the file
                 # browser opens the GPU Queue panel with the form prefilled.
                 await page.goto(lab_url.replace("/lab?", "/lab/tree/examples/train_digits.py?"))
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 await page.locator(".jp-FileEditor .cm-content").first.wait_for()
                 item = page.locator('.jp-DirListing-item[data-file-type="python"]', has_text="train_digits.py")
                 await item.click(button="right")
@@ -232,7 +234,7 @@ async def test_positions_follow_the_queue_without_an_event_per_job(jp_fetch, sta
                 page = await browser.new_page(viewport={"width": 1280, "height": 1000})
                 page.set_default_timeout(30000)
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()
                 panel = page.locator("#jp-gpuqueue-panel")
                 await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()

@@ -37,7 +37,9 @@ import pytest
 from jupyter_gpuqueue.ledger import reports
 
 from test_costs_panel import write_history
-from browserkit import REPO, SCREENSHOT_DIR, api, set_sidebar_width, use_theme as _use_theme, wait_for_state
+from browserkit import (
+    REPO, SCREENSHOT_DIR, api, set_sidebar_width, use_theme as _use_theme, wait_for_state, wait_for_lab,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -305,7 +307,7 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
                 errors: list[str] = []
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 await page.goto(lab_url)
-                await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
+                await wait_for_lab(page)
                 tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
                 await tab.wait_for(timeout=60000)
                 panel = page.locator("#jp-gpuqueue-panel")
