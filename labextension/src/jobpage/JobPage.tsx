@@ -335,6 +335,73 @@ function seriesPath(points: [number, number, number][], runStarts: number[]): st
   return d;
 }
 
+/**
+ * The frame both charts share: an SVG of CHART_W × CHART_H with horizontal gridlines labelled on
+ * the left (`ticks`: their y in the SVG and label), the first and last sample's times along the
+ * bottom, then `children` (the series), and `legend` under it.
+ */
+function ChartFrame(props: {
+  className: string;
+  label: string;
+  padLeft: number;
+  ticks: { y: number; label: string }[];
+  t0: number;
+  t1: number;
+  legend: React.ReactNode;
+  children: React.ReactNode;
+}): JSX.Element {
+  const { padLeft } = props;
+  return (
+    <figure className={props.className}>
+      <svg viewBox={`0 0 ${CHART_W} ${CHART_H}`} role="img" aria-label={props.label}>
+        {props.ticks.map(t => (
+          <g key={t.label}>
+            <line className="jp-gpuqueue-util-grid" x1={padLeft} x2={CHART_W - PAD_R} y1={t.y} y2={t.y} />
+            <text className="jp-gpuqueue-util-label" x={padLeft - 4} y={t.y + 4} textAnchor="end">
+              {t.label}
+            </text>
+          </g>
+        ))}
+        <text className="jp-gpuqueue-util-label" x={padLeft} y={CHART_H - 3}>
+          {time(props.t0)}
+        </text>
+        <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={CHART_H - 3} textAnchor="end">
+          {time(props.t1)}
+        </text>
+        {props.children}
+      </svg>
+      <figcaption className="jp-gpuqueue-util-legend">{props.legend}</figcaption>
+    </figure>
+  );
+}
+
+/** One device's series: its samples as [at, x, y] (oldest first), broken between runs. */
+function SeriesLine(props: {
+  device: string;
+  points: [number, number, number][];
+  runStarts: number[];
+  color: string;
+}): JSX.Element {
+  return (
+    <path
+      className="jp-gpuqueue-util-line"
+      d={seriesPath(props.points, props.runStarts)}
+      strokeLinecap="round"
+      strokeLinejoin="round"
+      data-device={props.device}
+      data-samples={props.points.length}
+      style={{ stroke: props.color }}
+    >
+      <title>{props.device}</title>
+    </path>
+  );
+}
+
+/** The colour of the `i`-th device's series. */
+function seriesColor(i: number): string {
+  return `var(${SERIES_VARS[i % SERIES_VARS.length]})`;
+}
+
 /** Utilisation over time, one line a device (broken between runs), 0–100 %; or why there is none. */
 export function UtilizationChart(props: { samples: IUtilizationSample[]; runs?: IRun[] }): JSX.Element {
   const { samples } = props;
@@ -352,59 +419,33 @@ export function UtilizationChart(props: { samples: IUtilizationSample[]; runs?: 
   const x = (at: number) => PAD_L + ((at - t0) / (t1 - t0)) * (CHART_W - PAD_L - PAD_R);
   const y = (p: number) => PAD_T + (1 - Math.min(100, Math.max(0, p)) / 100) * (CHART_H - PAD_T - PAD_B);
   return (
-    <figure className="jp-gpuqueue-util">
-      <svg
-        viewBox={`0 0 ${CHART_W} ${CHART_H}`}
-        role="img"
-        aria-label={`GPU utilisation of ${devices.length} device(s) from ${time(t0)} to ${time(t1)}`}
-      >
-        {[0, 50, 100].map(p => (
-          <g key={p}>
-            <line className="jp-gpuqueue-util-grid" x1={PAD_L} x2={CHART_W - PAD_R} y1={y(p)} y2={y(p)} />
-            <text className="jp-gpuqueue-util-label" x={PAD_L - 4} y={y(p) + 4} textAnchor="end">
-              {p}%
-            </text>
-          </g>
-        ))}
-        <text className="jp-gpuqueue-util-label" x={PAD_L} y={CHART_H - 3}>
-          {time(t0)}
-        </text>
-        <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={CHART_H - 3} textAnchor="end">
-          {time(t1)}
-        </text>
-        {devices.map((d, i) => {
-          const pts = samples
+    <ChartFrame
+      className="jp-gpuqueue-util"
+      label={`GPU utilisation of ${devices.length} device(s) from ${time(t0)} to ${time(t1)}`}
+      padLeft={PAD_L}
+      ticks={[0, 50, 100].map(p => ({ y: y(p), label: `${p}%` }))}
+      t0={t0}
+      t1={t1}
+      legend={devices.map((d, i) => (
+        <span key={d}>
+          <span className="jp-gpuqueue-util-swatch" style={{ background: seriesColor(i) }} />
+          {d}
+        </span>
+      ))}
+    >
+      {devices.map((d, i) => (
+        <SeriesLine
+          key={d}
+          device={d}
+          points={samples
             .filter(s => s.device === d)
             .sort((a, b) => a.at - b.at)
-            .map(s => [s.at, x(s.at), y(s.percent)] as [number, number, number]);
-          return (
-            <path
-              key={d}
-              className="jp-gpuqueue-util-line"
-              d={seriesPath(pts, runStarts)}
-              strokeLinecap="round"
-              strokeLinejoin="round"
-              data-device={d}
-              data-samples={pts.length}
-              style={{ stroke: `var(${SERIES_VARS[i % SERIES_VARS.length]})` }}
-            >
-              <title>{d}</title>
-            </path>
-          );
-        })}
-      </svg>
-      <figcaption className="jp-gpuqueue-util-legend">
-        {devices.map((d, i) => (
-          <span key={d}>
-            <span
-              className="jp-gpuqueue-util-swatch"
-              style={{ background: `var(${SERIES_VARS[i % SERIES_VARS.length]})` }}
-            />
-            {d}
-          </span>
-        ))}
-      </figcaption>
-    </figure>
+            .map(s => [s.at, x(s.at), y(s.percent)] as [number, number, number])}
+          runStarts={runStarts}
+          color={seriesColor(i)}
+        />
+      ))}
+    </ChartFrame>
   );
 }
 
@@ -473,82 +514,58 @@ export function MemoryChart(props: { samples: IMemorySample[]; runs?: IRun[] }):
   const x = (at: number) => MEM_PAD_L + ((at - t0) / (t1 - t0)) * (CHART_W - MEM_PAD_L - PAD_R);
   const y = (v: number) =>
     MEM_PAD_T + (1 - Math.min(top, Math.max(0, v)) / top) * (CHART_H - MEM_PAD_T - PAD_B);
-  const color = (i: number) => `var(${SERIES_VARS[i % SERIES_VARS.length]})`;
   const totals = [...new Set(byDevice.map(d => d.total).filter((t): t is number => t !== null))];
   const words = byDevice
     .map(d => `${d.device} ${mib(d.last)}${d.total !== null ? ` of ${mib(d.total)}` : ''} MiB`)
     .join(', ');
   return (
-    <figure className="jp-gpuqueue-util jp-gpuqueue-mem">
-      <svg
-        viewBox={`0 0 ${CHART_W} ${CHART_H}`}
-        role="img"
-        aria-label={
-          `GPU memory used of ${devices.length} device(s) from ${time(t0)} to ${time(t1)}; ` +
-          `last: ${words}`
-        }
-      >
-        {memoryTicks(top).map(({ v, label }) => (
-          <g key={v}>
-            <line className="jp-gpuqueue-util-grid" x1={MEM_PAD_L} x2={CHART_W - PAD_R} y1={y(v)} y2={y(v)} />
-            <text className="jp-gpuqueue-util-label" x={MEM_PAD_L - 4} y={y(v) + 4} textAnchor="end">
-              {label}
-            </text>
-          </g>
-        ))}
-        <text className="jp-gpuqueue-util-label" x={MEM_PAD_L} y={CHART_H - 3}>
-          {time(t0)}
-        </text>
-        <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={CHART_H - 3} textAnchor="end">
-          {time(t1)}
-        </text>
-        {totals.map(t => (
-          <g key={`total-${t}`} className="jp-gpuqueue-mem-total">
-            <line
-              x1={MEM_PAD_L}
-              x2={CHART_W - PAD_R}
-              y1={y(t)}
-              y2={y(t)}
-              strokeWidth={1}
-              strokeDasharray="5 4"
-              style={{ stroke: 'var(--jp-ui-font-color2)' }}
-            />
-            <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={y(t) - 4} textAnchor="end">
-              {`total ${mib(t)} MiB`}
-            </text>
-          </g>
-        ))}
-        {byDevice.map((d, i) => (
-          <path
-            key={d.device}
-            className="jp-gpuqueue-util-line"
-            d={seriesPath(
-              d.samples.map(s => [s.at, x(s.at), y(s.memoryUsedMiB)] as [number, number, number]),
-              runStarts
-            )}
-            strokeLinecap="round"
-            strokeLinejoin="round"
-            data-device={d.device}
-            data-samples={d.samples.length}
-            style={{ stroke: color(i) }}
-          >
-            <title>{d.device}</title>
-          </path>
-        ))}
-      </svg>
-      <figcaption className="jp-gpuqueue-util-legend">
-        {byDevice.map((d, i) => (
-          <span key={d.device} data-device={d.device}>
-            <span className="jp-gpuqueue-util-swatch" style={{ background: color(i) }} />
-            {d.device}:{' '}
-            <span className="jp-gpuqueue-mem-value">
-              {mib(d.last)}
-              {d.total !== null ? ` of ${mib(d.total)}` : ''} MiB (peak {mib(d.peak)})
-            </span>
+    <ChartFrame
+      className="jp-gpuqueue-util jp-gpuqueue-mem"
+      label={
+        `GPU memory used of ${devices.length} device(s) from ${time(t0)} to ${time(t1)}; ` +
+        `last: ${words}`
+      }
+      padLeft={MEM_PAD_L}
+      ticks={memoryTicks(top).map(({ v, label }) => ({ y: y(v), label }))}
+      t0={t0}
+      t1={t1}
+      legend={byDevice.map((d, i) => (
+        <span key={d.device} data-device={d.device}>
+          <span className="jp-gpuqueue-util-swatch" style={{ background: seriesColor(i) }} />
+          {d.device}:{' '}
+          <span className="jp-gpuqueue-mem-value">
+            {mib(d.last)}
+            {d.total !== null ? ` of ${mib(d.total)}` : ''} MiB (peak {mib(d.peak)})
           </span>
-        ))}
-      </figcaption>
-    </figure>
+        </span>
+      ))}
+    >
+      {totals.map(t => (
+        <g key={`total-${t}`} className="jp-gpuqueue-mem-total">
+          <line
+            x1={MEM_PAD_L}
+            x2={CHART_W - PAD_R}
+            y1={y(t)}
+            y2={y(t)}
+            strokeWidth={1}
+            strokeDasharray="5 4"
+            style={{ stroke: 'var(--jp-ui-font-color2)' }}
+          />
+          <text className="jp-gpuqueue-util-label" x={CHART_W - PAD_R} y={y(t) - 4} textAnchor="end">
+            {`total ${mib(t)} MiB`}
+          </text>
+        </g>
+      ))}
+      {byDevice.map((d, i) => (
+        <SeriesLine
+          key={d.device}
+          device={d.device}
+          points={d.samples.map(s => [s.at, x(s.at), y(s.memoryUsedMiB)] as [number, number, number])}
+          runStarts={runStarts}
+          color={seriesColor(i)}
+        />
+      ))}
+    </ChartFrame>
   );
 }
 
