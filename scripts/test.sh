@@ -29,8 +29,10 @@ if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
   npm install --silent --no-audit --no-fund --prefix .ci-node configurable-http-proxy
 fi
 export PATH="$PWD/.ci-node/node_modules/.bin:$PATH"
-# GPUQUEUE_TEST_WORKERS=2: two pytest-xdist workers, each taking whole test files (their hubs,
-# control planes and servers are per module); most of the suite waits on processes, not on the CPU,
-# so two halve its time on a 2-core machine (about 8 min instead of 15), but the timing-sensitive
-# end-to-end tests see more load and flake more often: one process (0) by default.
-exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-0}" --dist loadfile "$@"
+# Two pytest-xdist workers by default, each taking whole test files (their hubs, control planes
+# and servers are per module): most of the suite waits on processes, not on the CPU, so two halve
+# its time on a 2-core machine (about 8.5 min instead of 14). GPUQUEUE_TEST_WORKERS=0: one process.
+# (Session 9 found a timing flake in five of six parallel runs and kept one process; those flakes
+# were fixed, the last of them in session 13 — JupyterLab's late Launcher taking a field's focus —
+# and six parallel runs in a row then passed.)
+exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-2}" --dist loadfile "$@"
