@@ -69,7 +69,6 @@ async def wait_for_lab(page) -> None:
     focus mid-edit (seen under load: ``fill("")`` selected the cohort, the Launcher took the focus,
     the Delete key went to it and the cohort stayed). So: the main area's first widget, then two
     frames for its activation."""
-    await page.wait_for_selector("#jp-main-dock-panel", timeout=60000)
     await page.locator("#jp-main-dock-panel .jp-MainAreaWidget").first.wait_for(timeout=60000)
     await page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 

@@ -37,9 +37,7 @@ import pytest
 from jupyter_gpuqueue.ledger import reports
 
 from test_costs_panel import write_history
-from browserkit import (
-    REPO, SCREENSHOT_DIR, api, set_sidebar_width, use_theme as _use_theme, wait_for_state, wait_for_lab,
-)
+from browserkit import REPO, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, use_theme as _use_theme, wait_for_state
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -306,14 +304,7 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
                 page.set_default_timeout(30000)
                 errors: list[str] = []
                 page.on("pageerror", lambda e: errors.append(str(e)))
-                await page.goto(lab_url)
-                await wait_for_lab(page)
-                tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
-                await tab.wait_for(timeout=60000)
-                panel = page.locator("#jp-gpuqueue-panel")
-                if not await panel.is_visible():
-                    await tab.click()
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                panel = await open_panel(page, lab_url)
                 default = (await panel.bounding_box())["width"]
                 assert 200 <= default <= 320, default  # JupyterLab's default sidebar width
                 await expect(panel.locator('[data-gpuqueue-job="team-a/then-h100"]')).to_have_attribute(
