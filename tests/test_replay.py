@@ -512,10 +512,74 @@ def test_sweep_history_a_new_sweep_runs_like_the_teams_last_one_and_at_least_as_
     for w in third[:5]:
         m.observe(w, 30.0)
     m.set_running([(w, 3000.0) for w in third[5:25]])
+    m.failures = False  # (the failure runs, below, would read the 20 running jobs as a run of successes)
     assert m.quantile(third[29], 0.0, 0.1) == 30.0
     for u in (0.3, 0.5, 0.9):
         assert 3000.0 < m.quantile(third[29], 0.0, u) <= 3720.0
     assert 3000.0 < m.quantile(third[10], 3000.0, 0.5) <= 3720.0  # a running one: the same, conditioned
+
+
+def test_sweep_history_a_sweeps_failures_come_in_runs():
+    """SweepHistoryRuntime's failure runs (replay/eta.py): a pending job fails at once as often as
+    the last 10 lower-ranked jobs of its burst whose outcome is known did (with one
+    pseudo-observation at the model's own share): after a run of failures it is drawn as one for
+    most quantiles, after a run of successes — finished, or running past 5 min — for few; a job
+    with no known lower-ranked outcome, or a model with no failures to draw, answers as before."""
+    from jupyter_gpuqueue.engine.model import PodSet, Workload
+    from jupyter_gpuqueue.replay.eta import BURST_LABEL, RANK_LABEL, make_model
+
+    def job(burst, rank):
+        w = Workload(namespace="team", name=f"{burst}-{rank}", queue_name="q", pod_sets=[PodSet("main", 1, {GPU: 1})])
+        w.labels = {BURST_LABEL: burst, RANK_LABEL: str(rank)}
+        return w
+
+    def model(failures=True):
+        m = make_model("history", {}, 86400.0, sweeps=True, sweep_failures=failures)
+        for i in range(40):  # the team's mix: a quarter fail within a minute, the rest 1-11 h
+            m.observe(job(f"single{i}", 1), 30.0 if i % 4 == 0 else 3600.0 * (1 + i % 11))
+        return m
+
+    def quantiles(m, w):
+        return [m.quantile(w, 0.0, u) for u in (0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95)]
+
+    # ranks 1-10 ran 50 min, then 11-20 failed within 30 s: the model says half fail; the runs say
+    # the next one fails too (p = (10 + 0.5) / 11)
+    on, off = model(), model(False)
+    for m in (on, off):
+        for r in range(1, 21):
+            m.observe(job("sweep", r), 3000.0 if r <= 10 else 30.0)
+        m.set_running([])
+    nxt = job("sweep", 30)
+    assert off.quantile(nxt, 0.0, 0.9) == 3000.0 and off.quantile(nxt, 0.0, 0.3) == 30.0
+    assert on.quantile(nxt, 0.0, 0.9) == 30.0 and on.quantile(nxt, 0.0, 0.3) == 30.0
+    assert on.quantile(nxt, 0.0, 0.97) == 3000.0  # a success stays possible
+    qs = quantiles(on, nxt)
+    assert qs == sorted(qs)
+    # ranks 1-10 failed, then 11-20 ran: the next one runs (p = 0.5 / 11)
+    on, off = model(), model(False)
+    for m in (on, off):
+        for r in range(1, 21):
+            m.observe(job("sweep", r), 30.0 if r <= 10 else 3000.0)
+        m.set_running([])
+    assert off.quantile(nxt, 0.0, 0.1) == 30.0
+    assert on.quantile(nxt, 0.0, 0.1) > 300.0 and on.quantile(nxt, 0.0, 0.03) == 30.0
+    # a job ranked among the failures reads the outcomes below it only: job 15 follows ranks 5-14
+    # (6 failures, 4 runs): more failures than job 30 sees
+    assert on.quantile(job("sweep", 15), 0.0, 0.3) == 30.0 and on.quantile(nxt, 0.0, 0.3) > 300.0
+    # running jobs past 5 min count as runs; younger ones say nothing yet
+    on = model()
+    for r in range(1, 11):
+        on.observe(job("sweep", r), 30.0)
+    on.set_running([(job("sweep", r), 1000.0) for r in range(11, 21)])
+    assert on.quantile(nxt, 0.0, 0.2) > 300.0
+    on.set_running([(job("sweep", r), 100.0) for r in range(11, 21)])
+    assert on.quantile(nxt, 0.0, 0.2) == 30.0
+    # the first job of a burst (nothing known below it) and a running job: as without
+    on, off = model(), model(False)
+    for m in (on, off):
+        m.set_running([(job("fresh", 1), 600.0)])
+    assert quantiles(on, job("fresh", 1)) == quantiles(off, job("fresh", 1))
+    assert on.quantile(job("fresh", 1), 600.0, 0.5) == off.quantile(job("fresh", 1), 600.0, 0.5)
 
 
 def test_sweep_history_a_running_sweeps_level_is_fitted_to_its_running_jobs():

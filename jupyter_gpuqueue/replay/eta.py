@@ -28,8 +28,9 @@ than 5 finished runs (a sweep that has just begun) answers, from its 5th job in 
 the team's previous sweep of that GPU count, and runs at least as long as its longest-running
 sibling has so far — a running one from the sweep's own level instead, fitted to how long its
 jobs have run with the previous sweep's as the prior; the share of a burst still running beyond its
-longest finished run answers the same way (:class:`SweepHistoryRuntime`; ``EtaOptions.sweeps``,
-on by default). It learns
+longest finished run answers the same way; and a pending job fails at once as often as the last 10
+lower-ranked jobs of its burst whose outcome is known did, since a sweep's failures come in runs
+(:class:`SweepHistoryRuntime`; ``EtaOptions.sweeps`` and ``sweep_failures``, on by default). It learns
 a job's run time when the job finishes in the simulation — only jobs finished before the estimate
 point, never the future. ``declared``: the trace declares no maximum run time, so every job is assumed to run
 ``declared_seconds`` (24 h). ``oracle``: the true run times (then the model and the baseline
@@ -134,6 +135,11 @@ class EtaOptions:
     # sweep_spread: the within-sweep spread of log run times that fit assumes
     sweep_level: bool = True
     sweep_spread: float = 0.2
+    # sweep_failures: a pending job of a burst fails at once (runs under failure_seconds) as often as
+    # the last ``sweep_failure_window`` earlier-ranked jobs of its burst whose outcome is known did
+    # (a sweep's failures come in runs; SweepHistoryRuntime; BENCHMARKS.md, session 14)
+    sweep_failures: bool = True
+    sweep_failure_window: int = 10
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -219,12 +225,29 @@ class SweepHistoryRuntime(HistoryRuntime):
     run and the sibling floor — not from a Pareto tail at that last finished run, which put the rest
     of a sweep whose first five runs failed at a few minutes.
 
+    And whether a **pending** job fails at once (``failures``, on): a sweep's failures come in
+    runs — a broken configuration fails every job after it until it is fixed. On Philly, in the
+    bursts of 20+ jobs, a job fails within 2 min in 13 % of cases, but in 88 % when the job ranked
+    just before it failed and in 1.8 % when that one ran; the share of failures among a burst's
+    last 10 ranks predicts the share among the 50 ranks from 10 further on within 0.025 at the mean
+    (the largest team), the share over the whole burst so far within 0.047. So the share of
+    failures (runs of at most ``failure_seconds``) among the last ``failure_window`` (10)
+    lower-ranked jobs of its burst whose outcome is known — finished, or running past
+    ``failure_seconds`` — with one pseudo-observation at the model's own share (below), replaces
+    the model's share of failures for the job: its quantile ``u`` is remapped so that the model's
+    failures are drawn below that share and its other runs above it (:meth:`_failure_share`,
+    :meth:`_remapped`). The model's own share is that of the answer above, found by bisection on
+    ``u`` (cached per burst and rank class until the next change). Measured (BENCHMARKS.md, session
+    14): the median error at submission from 6.5 / 7.5 min to 6.2 / 6.9 min (every 200th / 100th
+    waiting job); with the true failures of the pending jobs instead, 6.4.
+
     It reads only what is known at the estimate: finished runs, the running jobs' elapsed times and
     each job's rank in its burst (known at submission)."""
 
     def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, floor_quantile: float = 1.0,
                  level: bool = True, spread: float = 0.2, level_sd: float = 0.45,
-                 failure_seconds: float = 300.0, outlier_z: float = 2.0, **kwargs):
+                 failure_seconds: float = 300.0, outlier_z: float = 2.0, failures: bool = True,
+                 failure_window: int = 10, **kwargs):
         kwargs.setdefault("sibling_floor", True)
         kwargs.setdefault("sibling_floor_quantile", floor_quantile)
         super().__init__(*args, **kwargs)
@@ -237,27 +260,102 @@ class SweepHistoryRuntime(HistoryRuntime):
         self._last_sweep: dict = {}  # (team, GPUs) key -> burst key of its latest sweep
         self._running: dict = {}  # burst key -> elapsed times of its running jobs (set_running)
         self._levels: dict = {}  # (burst key, previous sweep's key) -> (μ, sd) or None, until a change
+        self.failures, self.failure_window = bool(failures), max(1, int(failure_window))
+        self._failed: dict = {}  # burst key -> {rank: failed?} of its finished jobs
+        self._ran: dict = {}  # burst key -> ranks of its jobs running past failure_seconds (set_running)
+        self._outcomes: dict = {}  # burst key -> (known ranks ascending, failures before each), until a change
+        self._shares: dict = {}  # (burst key, rank >= min_rank) -> the model's share of failures, until a change
 
     def set_running(self, running) -> None:
         running = list(running)
         super().set_running(running)
         by_burst: dict = {}
+        ran: dict = {}
         for wl, elapsed in running:
             burst = wl.labels.get(BURST_LABEL)
             if burst is not None:
                 by_burst.setdefault(("burst", burst), []).append(float(elapsed))
+                if elapsed > self.failure_seconds:
+                    ran.setdefault(("burst", burst), []).append(_rank(wl))
         self._running = by_burst
-        self._levels = {}
+        self._ran = ran
+        self._levels, self._outcomes, self._shares = {}, {}, {}
 
     def observe(self, wl: Workload, runtime: float) -> None:
-        self._levels = {}
+        self._levels, self._outcomes, self._shares = {}, {}, {}
         super().observe(wl, runtime)
         keys = self.keys(wl)
+        if keys and keys[0][0] == "burst":
+            self._failed.setdefault(keys[0], {})[_rank(wl)] = runtime <= self.failure_seconds
         if keys and keys[0][0] == "burst" and _rank(wl) >= self.min_jobs \
                 and self.samples(keys[0]) >= self._need(keys[0]):
             self._last_sweep[keys[1]] = keys[0]
 
     def quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        if self.failures and elapsed <= 0.0:
+            keys = self.keys(wl)
+            if keys and keys[0][0] == "burst":
+                p = self._failure_share(keys[0], _rank(wl))
+                if p is not None:
+                    return self._remapped(wl, keys[0], u, p)
+        return self._sweep_quantile(wl, elapsed, u)
+
+    def _failure_share(self, k0, rank: int) -> Optional[tuple[int, int]]:
+        """(failures, outcomes) among the last ``failure_window`` jobs of burst ``k0`` ranked below
+        ``rank`` whose outcome is known (finished, or running past ``failure_seconds``); None
+        when none is."""
+        known = self._outcomes.get(k0)
+        if known is None:
+            outcome = dict.fromkeys(self._ran.get(k0, ()), False)
+            outcome.update(self._failed.get(k0, {}))
+            ranks = sorted(outcome)
+            before = [0]
+            for r in ranks:
+                before.append(before[-1] + outcome[r])
+            known = self._outcomes[k0] = (ranks, before)
+        ranks, before = known
+        i = bisect.bisect_left(ranks, rank)
+        j = max(0, i - self.failure_window)
+        return (before[i] - before[j], i - j) if i > j else None
+
+    def _remapped(self, wl: Workload, k0, u: float, seen: tuple[int, int]) -> float:
+        """Quantile ``u`` of a pending job's run time with the model's share of failures replaced
+        by the share ``seen`` (failures, outcomes) of its burst's recent outcomes, given one
+        pseudo-observation at the model's share. Unchanged where the model has no failures or
+        nothing but failures to draw from."""
+        ck = (k0, _rank(wl) >= self.min_rank)
+        u0 = self._shares.get(ck)
+        if u0 is None:
+            u0 = self._shares[ck] = self._model_failure_share(wl)
+        if not 0.0 < u0 < 1.0:
+            return self._sweep_quantile(wl, 0.0, u)
+        failed, n = seen
+        p = (failed + u0) / (n + 1.0)
+        if u < p:
+            return self._sweep_quantile(wl, 0.0, u / p * u0)
+        return max(self.failure_seconds, self._sweep_quantile(wl, 0.0, u0 + (u - p) / (1.0 - p) * (1.0 - u0)))
+
+    def _model_failure_share(self, wl: Workload) -> float:
+        """The share of a pending job's runs of at most ``failure_seconds`` by the answer of
+        :meth:`_sweep_quantile`: the quantile ``u`` where it crosses that, by bisection (to 2^-12)."""
+        def fails(u: float) -> bool:
+            return self._sweep_quantile(wl, 0.0, u) <= self.failure_seconds
+
+        lo, hi = 1e-6, 1.0 - 1e-6
+        if not fails(lo):
+            return 0.0
+        if fails(hi):
+            return 1.0
+        for _ in range(12):
+            mid = 0.5 * (lo + hi)
+            if fails(mid):
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def _sweep_quantile(self, wl: Workload, elapsed: float, u: float) -> float:
+        """The answer without the failure runs (the class docstring's first three parts)."""
         keys = self.keys(wl)
         k0 = keys[0] if keys else None
         if k0 is None or k0[0] != "burst":
@@ -370,7 +468,8 @@ def _rank(wl: Workload) -> int:
 def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, window: int = 2000,
                burst_min_samples: int = 5, sweeps: bool = False, sweep_min_jobs: int = 20,
                sweep_min_rank: int = 5, sweep_floor_quantile: float = 1.0, sweep_level: bool = True,
-               sweep_spread: float = 0.2) -> RuntimeModel:
+               sweep_spread: float = 0.2, sweep_failures: bool = True,
+               sweep_failure_window: int = 10) -> RuntimeModel:
     """The runtime model ``name`` of ``--runtime-model`` (history | declared | oracle);
     ``sweeps``: the history model is :class:`SweepHistoryRuntime`."""
     declared = DeclaredRuntime(declared_seconds)
@@ -384,7 +483,8 @@ def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, w
         if sweeps:
             cls, extra = SweepHistoryRuntime, {"min_jobs": sweep_min_jobs, "min_rank": sweep_min_rank,
                                                "floor_quantile": sweep_floor_quantile, "level": sweep_level,
-                                               "spread": sweep_spread}
+                                               "spread": sweep_spread, "failures": sweep_failures,
+                                               "failure_window": sweep_failure_window}
         return cls(team_gpu_keys, fallback=declared, window=window,
                    min_samples_for=lambda k: need if k[0] == "burst" else 5, **extra)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
@@ -481,7 +581,8 @@ def eta_report(
                        eta.burst_min_samples, sweeps=eta.sweeps and eta.bursts,
                        sweep_min_jobs=eta.sweep_min_jobs, sweep_min_rank=eta.sweep_min_rank,
                        sweep_floor_quantile=eta.sweep_floor_quantile, sweep_level=eta.sweep_level,
-                       sweep_spread=eta.sweep_spread)
+                       sweep_spread=eta.sweep_spread, sweep_failures=eta.sweep_failures,
+                       sweep_failure_window=eta.sweep_failure_window)
     if eta.sibling_floor and isinstance(model, HistoryRuntime):
         model.sibling_floor = True
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
