@@ -63,6 +63,18 @@ async def _submit_all(server, jobs: list, command: list[str], clients: int) -> t
     return acks, errors
 
 
+async def _release(server, config_yaml: str) -> None:
+    """Replace ``server``'s configuration by ``config_yaml`` (``PUT admin/config``, the admin
+    view's import). Raises RuntimeError with the server's answer unless it is 200."""
+    import aiohttp
+
+    async with client_session(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async with session.put(server.api + "admin/config", data=json.dumps({"yaml": config_yaml}),
+                               headers={**server.headers, "Content-Type": "application/json"}) as r:
+            if r.status != 200:
+                raise RuntimeError(f"PUT admin/config: {r.status} {(await r.text())[:300]}")
+
+
 async def _wait_all_finished(server, uids: set, timeout: float, poll: float = 1.0) -> list[dict]:
     import aiohttp
 
@@ -179,12 +191,18 @@ def drain_figures(workloads: list[dict], jobs: list, *, t0: float, capacity: int
 
 async def run_drain(server, *, n: int = 2000, borrowing: bool = True, clients: int = 8,
                     command: Optional[list[str]] = None, seed: int = 42, capacity: int = 128,
-                    runtime: float = 1.0, timeout: float = 1800.0, quotas: Optional[dict] = None) -> dict:
+                    runtime: float = 1.0, timeout: float = 1800.0, quotas: Optional[dict] = None,
+                    backlog: bool = False) -> dict:
     """Submit the stream to ``server`` (whose queues are :func:`.stream.cluster_yaml` with the same
     ``borrowing`` and ``quotas``: nominal GPUs per team, default :data:`.stream.QUOTAS`), wait for
     every job, and return :func:`drain_figures` plus ``quotas``, ``submitSeconds``,
     ``errors``, ``serverCpuSeconds`` (the server process alone), ``jobCpuSeconds`` (the job
-    wrappers and jobs it reaped) and ``load`` (1-minute load average before and after)."""
+    wrappers and jobs it reaped) and ``load`` (1-minute load average before and after).
+
+    ``backlog``: the server's ClusterQueues were created held (``cluster_yaml(hold=True)``); once
+    every job is acknowledged, an admin replaces the configuration with the same one unheld
+    (``PUT admin/config``), so every job of the stream waits at once, however slowly the
+    submissions went (a loaded machine otherwise admits them one by one as they arrive)."""
     command = command or ["sleep", "1"]
     jobs = stream.job_stream(n, seed)
     load_before = measure.load_average()
@@ -193,6 +211,8 @@ async def run_drain(server, *, n: int = 2000, borrowing: bool = True, clients: i
     t0 = time.time()
     acks, errors = await _submit_all(server, jobs, command, clients)
     submit_seconds = time.time() - t0
+    if backlog:
+        await _release(server, stream.cluster_yaml(borrowing=borrowing, quotas=quotas))
     uids = {a["uid"] for a in acks.values()}
     workloads = await _wait_all_finished(server, uids, timeout)
     cpu1 = measure.process_cpu_seconds(server.pid)

@@ -86,11 +86,12 @@ def inventory_yaml(nodes: int = 16, gpus_per_node: int = 8) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def cluster_yaml(*, borrowing: bool, quotas: Optional[dict[str, int]] = None) -> str:
+def cluster_yaml(*, borrowing: bool, quotas: Optional[dict[str, int]] = None, hold: bool = False) -> str:
     """Kueue YAML: one ResourceFlavor (A100), and per team a Namespace, a ClusterQueue with the
     team's nominal quota of ``nvidia.com/gpu`` (BestEffortFIFO) and a LocalQueue
     ``<team>/<team>-queue``. ``borrowing``: the ClusterQueues share the cohort ``lab`` with no
-    borrowingLimit; else no cohort (each team capped at its quota)."""
+    borrowingLimit; else no cohort (each team capped at its quota). ``hold``: every ClusterQueue
+    has ``stopPolicy: Hold`` (it queues and admits nothing until an admin sets it to ``None``)."""
     quotas = quotas or QUOTAS
     docs: list[dict] = [
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
@@ -107,6 +108,8 @@ def cluster_yaml(*, borrowing: bool, quotas: Optional[dict[str, int]] = None) ->
         }
         if borrowing:
             spec = {"cohort": COHORT, **spec}
+        if hold:
+            spec["stopPolicy"] = "Hold"
         docs += [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team, "labels": {"gpuqueue.io/team": team}}},
             {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": f"{team}-cq"},
