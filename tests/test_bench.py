@@ -192,6 +192,21 @@ def test_bench_drain_runs_every_job_to_success(tmp_path, borrowing):
     assert set(r["waitByTeam"]) == {"team-a", "team-b", "team-c"}
 
 
+def test_bench_drain_backlog_admits_nothing_until_the_release(tmp_path):
+    """``bench drain --backlog``: the jobs wait in held ClusterQueues until every one is
+    acknowledged, then an admin change releases them all at once."""
+    res = tmp_path / "drain.json"
+    rc, text = _bench("drain", "--n", "20", "--nodes", "2", "--backlog", "--json", str(res))
+    assert rc == 0, text
+    r = json.loads(res.read_text())
+    assert r["backlog"] is True and r["succeeded"] == 20 and r["errorCount"] == 0
+    assert r["admittedBeforeRelease"] == 0  # the hold held
+    assert r["peakGpus"] <= 16
+    assert "a backlog released at once" in text
+    rc, text = _bench("drain", "--backlog", "--url", "http://127.0.0.1:9/", "--token", "x")
+    assert rc == 2 and "--backlog" in text and "--url" in text
+
+
 @pytest.mark.parametrize("borrowing", [False, True])
 def test_bench_drain_without_borrowing_keeps_every_team_within_its_quota(borrowing):
     """Quotas of 8 GPUs per team on 24 GPUs (3 nodes of 8; the stream's largest job is 8): without a

@@ -74,6 +74,10 @@ def add_bench_parser(sub, server_parent) -> None:
     b.add_argument("--no-borrowing", dest="borrowing", action="store_false",
                    help="no cohort: each team is capped at its nominal quota (Slurm's GrpTRES)")
     d.add_argument("--both", action="store_true", help="run with and then without borrowing")
+    d.add_argument("--backlog", action="store_true",
+                   help="submit into held ClusterQueues (stopPolicy: Hold), release them (an admin change) once "
+                   "every job is acknowledged and time the makespan from there: every job waits at once, "
+                   "however fast the submissions went (a server started here only)")
 
     pn = bsub.add_parser("panels", parents=[common], help="event-stream subscribers during a drain",
                          description="CLIENTS websocket subscribers (panels), each also querying a "
@@ -110,13 +114,13 @@ def add_bench_parser(sub, server_parent) -> None:
     k.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
 
 
-def _server(args, *, borrowing: bool = True):
+def _server(args, *, borrowing: bool = True, hold: bool = False):
     from . import stream
     from .server import BenchServer, ExternalServer
 
     if args.url:
         return ExternalServer(args.url, args.token)
-    return BenchServer(config_yaml=stream.cluster_yaml(borrowing=borrowing),
+    return BenchServer(config_yaml=stream.cluster_yaml(borrowing=borrowing, hold=hold),
                        inventory_yaml=stream.inventory_yaml(args.nodes, args.gpus_per_node),
                        cycle_interval=args.cycle_interval, keep=args.keep, profile_path=args.profile,
                        extra_config=_extra_config(args))
@@ -176,11 +180,15 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
         ok = r["errorCount"] == 0 and r["acknowledged"] == args.n and r["distinctUids"] == args.n
         return 0 if ok else 1
     if args.bench == "drain":
+        if args.backlog and args.url:
+            print("bench drain: --backlog holds the queues of a server started here; not with --url "
+                  "(it would replace that server's configuration)", file=err)
+            return 2
         results = []
         for borrowing in ((True, False) if args.both else (args.borrowing,)):
-            with _server(args, borrowing=borrowing) as server:
+            with _server(args, borrowing=borrowing, hold=args.backlog) as server:
                 r = asyncio.run(run_drain(server, n=args.n, borrowing=borrowing, clients=args.clients,
-                                          seed=args.seed, capacity=capacity))
+                                          seed=args.seed, capacity=capacity, backlog=args.backlog))
             print(format_drain(r), file=out)
             results.append(r)
         _write_json(args, results if args.both else results[0], out)
