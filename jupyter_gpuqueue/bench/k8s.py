@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
