@@ -445,6 +445,26 @@ def test_replay_eta_calibrated_range_and_blend():
     assert all(d["model"] == d["raw"] for d in b0["estimates"])
 
 
+def test_median_ratio_pairs_each_jobs_errors_and_says_how_sure_it_is():
+    """replay/metrics.median_ratio: the ratio of the medians, a paired bootstrap interval, the
+    share of resamples at most the target; deterministic."""
+    from jupyter_gpuqueue.replay.metrics import median_ratio
+
+    exact = median_ratio([(0.4 * x, x) for x in range(1, 101)], target=0.5)
+    assert exact["ratio"] == pytest.approx(0.4) and exact["jobs"] == 100
+    assert exact["interval90"] == [pytest.approx(0.4), pytest.approx(0.4)]  # paired: every resample says 0.4
+    assert exact["atMostTarget"] == 1.0
+    # unpaired noise: the model's errors a shuffled copy of 0.5 x the rate's -- the ratio 0.5, a wide interval
+    rates = [float(x) for x in range(1, 121)]
+    model = [0.5 * rates[(7 * i) % 120] for i in range(120)]
+    r = median_ratio(list(zip(model, rates)), target=0.5)
+    assert r["ratio"] == pytest.approx(0.5)
+    lo, hi = r["interval90"]
+    assert lo < 0.45 and hi > 0.55 and 0.2 < r["atMostTarget"] < 0.8
+    assert median_ratio(list(zip(model, rates)), target=0.5) == r  # a fixed seed: the same figures
+    assert median_ratio([]) is None and median_ratio([(1.0, 0.0)]) is None
+
+
 def test_cli_replay_eta(tmp_path):
     (tmp_path / "t.csv").write_text(HEADER + ETA_TRACE)
     (tmp_path / "q.yaml").write_text(CONFIG)
@@ -455,6 +475,10 @@ def test_cli_replay_eta(tmp_path):
     b = json.loads(out)["eta"]
     assert b["runtimeModel"] == "declared" and b["sampled"] == 2
     assert "estimated start times" in err and "baseline rate" in err
+    vs = b["vsRate"]  # the model against the rate baseline, with how sure that is
+    assert vs["jobs"] == b["jobsSampled"] and vs["target"] == 0.5
+    assert vs["interval90"][0] <= vs["ratio"] <= vs["interval90"][1]
+    assert "model / rate median error" in err
     code, _, err = _cli(["replay", str(tmp_path / "t.csv"), "--config", str(tmp_path / "q.yaml"),
                          "--runtime-model", "oracle"])
     assert code == 2 and "--eta" in err

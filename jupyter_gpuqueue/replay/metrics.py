@@ -26,6 +26,42 @@ def percentile(sorted_xs: list[float], p: float) -> Optional[float]:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * frac
 
 
+def median_ratio(pairs: list[tuple[float, float]], *, resamples: int = 2000, seed: int = 0,
+                 target: Optional[float] = None) -> Optional[dict]:
+    """How sure a ratio of two medians is: ``pairs`` of (error of one estimator, error of the
+    other) for the same jobs (seconds). Returns ``{"jobs", "ratio", "interval90", "resamples",
+    "target", "atMostTarget"}``: the ratio of the first's median to the second's, its 5th and 95th
+    percentiles over ``resamples`` paired bootstrap resamples of the jobs (the same job's two
+    errors stay together; fixed ``seed``: the same figures on every run), and with ``target`` the
+    share of resamples whose ratio is at most it (else None). None without a pair whose second
+    median is positive."""
+    import random
+
+    pairs = [(float(a), float(b)) for a, b in pairs]
+    n = len(pairs)
+    if n == 0:
+        return None
+
+    def ratio(sample) -> Optional[float]:
+        den = percentile(sorted(b for _, b in sample), 50)
+        return None if not den else percentile(sorted(a for a, _ in sample), 50) / den
+
+    point = ratio(pairs)
+    if point is None:
+        return None
+    rng = random.Random(seed)
+    ratios = sorted(r for r in (ratio([pairs[rng.randrange(n)] for _ in range(n)]) for _ in range(max(1, resamples)))
+                    if r is not None)
+    return {
+        "jobs": n,
+        "ratio": point,
+        "interval90": [percentile(ratios, 5), percentile(ratios, 95)],
+        "resamples": len(ratios),
+        "target": target,
+        "atMostTarget": (sum(r <= target for r in ratios) / len(ratios)) if target is not None else None,
+    }
+
+
 def jain_index(xs: list[float]) -> Optional[float]:
     """Jain's fairness index (Σx)² / (n·Σx²): 1 = all equal, 1/n = one takes everything. None for
     no values; 1.0 when all are 0."""

@@ -101,4 +101,11 @@ def eta_text(eta: dict) -> str:
         row(f"baseline {name}", b)
     if eta.get("rangeCoverage") is not None:
         out.write(f"actual start within the estimated range: {_pct(eta['rangeCoverage'])}\n")
+    vs = eta.get("vsRate")
+    if vs:
+        lo, hi = vs["interval90"]
+        out.write(f"model / rate median error: {vs['ratio']:.3f} x (90 % interval {lo:.2f}-{hi:.2f} over "
+                  f"{vs['resamples']:,} resamples of the {vs['jobs']:,} jobs"
+                  + (f"; at most {vs['target']:g} x in {_pct(vs['atMostTarget'])} of them" if vs.get("atMostTarget") is not None
+                     else "") + ")\n")
     return out.getvalue()
