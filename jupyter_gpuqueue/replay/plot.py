@@ -120,29 +120,6 @@ def plot_svg(report: dict, *, width: int = 960, height: int = 560, top_queues: i
     return "".join(svg)
 
 
-__all__ = [
-    "REQUIRED_COLUMNS",
-    "TENANT_CONFIGMAP",
-    "ReplayConfig",
-    "ReplayOptions",
-    "TraceError",
-    "TraceJob",
-    "build_jobs",
-    "jain_index",
-    "kueue_perf_text",
-    "load_replay_config",
-    "percentile",
-    "plot_svg",
-    "pod_sets_for",
-    "read_trace",
-    "read_trace_file",
-    "replay_kueue_perf",
-    "replay_trace",
-    "summary_text",
-    "trace_metrics",
-]
-
-
 def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
     """An SVG of the estimates' error distribution (``report["eta"]``): for the model and each
     baseline, the share of estimates made at submission whose absolute error is at most x, x on
@@ -211,3 +188,6 @@ def percentile_of(sorted_xs: list, p: float):
     lo = int(pos)
     hi = min(lo + 1, len(sorted_xs) - 1)
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+__all__ = ["eta_plot_svg", "plot_svg"]
