@@ -712,16 +712,12 @@ class GpuJob:
 
     def _watch_poll(self) -> None:
         last_refresh = 0.0
-        try:
-            self._poll_once(force=True)
-        except GpuQueueError:
-            pass
+        self._poll_safely(force=True, show=False)
         while not self._stop.is_set():
             if self._done.is_set():
-                try:
-                    self._poll_once(force=True)  # final state, cost and output
-                except GpuQueueError:
-                    pass
+                for _ in range(3):  # final state, cost and output (a failed try is tried again)
+                    if self._poll_safely(force=True, show=False) or self._stop.wait(self._poll_interval):
+                        break
                 break
             self._stop.wait(self._poll_interval)
             now = time.monotonic()
@@ -732,11 +728,7 @@ class GpuJob:
             force = force or now - last_refresh >= 15
             # while pending: the position, once a second at most when the queues changed
             force = force or (state == "Pending" and self._queues_changed and now - last_refresh >= 1)
-            try:
-                self._poll_once(force=force)
-            except GpuQueueError as e:
-                if self.widget is not None:
-                    self.widget.show_error(str(e))
+            if not self._poll_safely(force=force, show=True):
                 continue
             if force:
                 last_refresh = now
@@ -744,6 +736,18 @@ class GpuJob:
         stream = self._stream
         if stream is not None and self._done.is_set():
             stream.close()
+
+    def _poll_safely(self, force: bool, show: bool) -> bool:
+        """One poll; False when it failed. The watcher thread outlives any error of one poll (a
+        server that restarts, a proxy's hiccup, anything unforeseen): the error is shown in the
+        widget (``show``) and the next tick tries again."""
+        try:
+            self._poll_once(force=force)
+            return True
+        except Exception as e:
+            if show and self.widget is not None:
+                self.widget.show_error(str(e) if isinstance(e, GpuQueueError) else f"{type(e).__name__}: {e}")
+            return False
 
     def _poll_once(self, force: bool) -> None:
         if force:

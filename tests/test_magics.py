@@ -142,6 +142,38 @@ class WebsocketBlockedClient(GpuQueueClient):
         raise ServerUnavailable("websocket upgrade refused by a proxy")
 
 
+class FlakyLogsClient(WebsocketBlockedClient):
+    """A real client, no websocket, whose first two log reads fail with an error nobody foresaw."""
+
+    failures = 0
+
+    def logs(self, *args, **kwargs):
+        if self.failures < 2:
+            self.failures += 1
+            raise RuntimeError("an unforeseen error")
+        return super().logs(*args, **kwargs)
+
+
+async def test_gpujob_watcher_outlives_an_unforeseen_error(gpuqueue_env):
+    """The widget's watcher thread shows an error of one poll and goes on: the job's output and
+    final state still arrive (a thread that died would leave the widget frozen)."""
+    client = FlakyLogsClient(gpuqueue_env["GPUQUEUE_URL"], gpuqueue_env["GPUQUEUE_TOKEN"])
+    code = "import time; print('still here', flush=True); time.sleep(3)"
+    wl = await asyncio.to_thread(client.submit, {"command": [sys.executable, "-c", code], "maxRuntime": "2m"})
+    job = GpuJob(client, wl)
+    try:
+        assert await asyncio.to_thread(job.wait, 60) == "Succeeded"
+        for _ in range(100):
+            if "still here" in job.widget.log.value:
+                break
+            await asyncio.sleep(0.1)
+        assert client.failures == 2  # both failures happened, in the watcher
+        assert "still here" in job.widget.log.value
+        assert "Succeeded" in job.widget.header.value
+    finally:
+        job.close()
+
+
 async def test_gpujob_falls_back_to_polling_and_cancels_from_the_widget(gpuqueue_env):
     client = WebsocketBlockedClient(gpuqueue_env["GPUQUEUE_URL"], gpuqueue_env["GPUQUEUE_TOKEN"])
     code = "import time; print('polled', flush=True); time.sleep(0.5)"
