@@ -621,10 +621,10 @@ def test_sweep_history_a_running_sweeps_level_is_fitted_to_its_running_jobs():
         w.labels = {BURST_LABEL: burst, RANK_LABEL: str(rank)}
         return w
 
-    def models():
+    def models(median=True):
         out = []
         for level in (True, False):
-            m = make_model("history", {}, 86400.0, sweeps=True, sweep_level=level)
+            m = make_model("history", {}, 86400.0, sweeps=True, sweep_level=level, sweep_level_median=median)
             for i in range(40):  # the team's mix: a quarter fail within a minute, the rest 1-11 h
                 m.observe(job(f"mix{i}", f"single{i}", 1), 30.0 if i % 4 == 0 else 3600.0 * (1 + i % 11))
             for i in range(25):  # the team's last sweep: 25 jobs of 50-62 min
@@ -641,9 +641,16 @@ def test_sweep_history_a_running_sweeps_level_is_fitted_to_its_running_jobs():
     young = sweep[9]  # rank 10, running 13 min 20 s
     assert 3000.0 <= fitted.quantile(young, 800.0, 0.5) <= 4500.0  # the last sweep's level
     assert floored.quantile(young, 800.0, 0.5) >= 144000.0  # floored by its 40-h sibling
-    # every quantile is a run time no shorter than what it has run, rising with u
+    # the sweep's running jobs end together: each at its median given the level and what it has run,
+    # whatever its quantile (sweep_level_median, the default) ...
     qs = [fitted.quantile(young, 800.0, u) for u in (0.05, 0.5, 0.95)]
-    assert 800.0 <= qs[0] <= qs[1] <= qs[2] < 3 * 3600.0
+    assert qs[0] == qs[1] == qs[2]
+    # ... or drawn: every quantile a run time no shorter than what it has run, rising with u
+    drawn, _ = models(median=False)
+    drawn.set_running(running)
+    qs = [drawn.quantile(young, 800.0, u) for u in (0.05, 0.5, 0.95)]
+    assert 800.0 <= qs[0] < qs[1] < qs[2] < 3 * 3600.0
+    assert qs[1] == fitted.quantile(young, 800.0, 0.5)
     # a pending job of the sweep, its first jobs (rank < 5) and the 40-h one (beyond 2 spreads
     # above the level) answer as before
     assert fitted.quantile(sweep[25], 0.0, 0.5) == floored.quantile(sweep[25], 0.0, 0.5)

@@ -146,6 +146,9 @@ class EtaOptions:
     # (a sweep's failures come in runs; SweepHistoryRuntime; BENCHMARKS.md, session 14)
     sweep_failures: bool = True
     sweep_failure_window: int = 10
+    # sweep_level_median: such a running job of a sweep with a fitted level runs its conditional
+    # median, not a draw: the sweep's running jobs end together around its level (session 16)
+    sweep_level_median: bool = True
 
 
 BURST_LABEL = "gpuqueue.jupyter.org/replay-burst"
@@ -222,7 +225,12 @@ class SweepHistoryRuntime(HistoryRuntime):
     long — the floor did: each observation's weight in the fit is bounded. A job already beyond
     ``outlier_z`` spreads above the level (one of a sweep's few long runs) answers as before.
     Measured (BENCHMARKS.md, session 12): the true run times of those running jobs would take the
-    median error at submission from 6.8 to 5.7 min; the fit takes it to 6.5.
+    median error at submission from 6.8 to 5.7 min; the fit takes it to 6.5. And such a job runs
+    the *median* of that lognormal given its elapsed time, whatever its quantile ``u``
+    (``level_median``, on): a sweep's running jobs end together around its level, where
+    independent draws spread their ends over the level's whole uncertainty (session 16: the
+    simulation alone 7.2 -> 6.9 min on every 200th, 7.3 -> 7.0 on every 100th; blended 7.9 -> 7.6 on
+    the first 40,000 jobs, within 0.02 min elsewhere).
 
     And for a job whose burst *has* enough finished runs, while others still run: the burst's
     Kaplan-Meier estimate answers up to its longest finished run; the mass beyond it (the share of
@@ -253,7 +261,7 @@ class SweepHistoryRuntime(HistoryRuntime):
     def __init__(self, *args, min_jobs: int = 20, min_rank: int = 5, floor_quantile: float = 1.0,
                  level: bool = True, spread: float = 0.2, level_sd: float = 0.45,
                  failure_seconds: float = 300.0, outlier_z: float = 2.0, failures: bool = True,
-                 failure_window: int = 10, **kwargs):
+                 failure_window: int = 10, level_median: bool = True, **kwargs):
         kwargs.setdefault("sibling_floor", True)
         kwargs.setdefault("sibling_floor_quantile", floor_quantile)
         super().__init__(*args, **kwargs)
@@ -262,6 +270,7 @@ class SweepHistoryRuntime(HistoryRuntime):
         self.min_jobs = max(1, int(min_jobs))
         self.min_rank = max(1, int(min_rank))
         self.level, self.spread, self.level_sd = bool(level), float(spread), float(level_sd)
+        self.level_median = bool(level_median)
         self.failure_seconds, self.outlier_z = float(failure_seconds), float(outlier_z)
         self._last_sweep: dict = {}  # (team, GPUs) key -> burst key of its latest sweep
         self._running: dict = {}  # burst key -> elapsed times of its running jobs (set_running)
@@ -379,6 +388,8 @@ class SweepHistoryRuntime(HistoryRuntime):
             return max(elapsed, self._quantile_keys(wl, keys[1:], floor, v))
         if _rank(wl) >= self.min_rank:
             if elapsed > 0 and self.level:
+                if self.level_median and self._level(k0, self._last_sweep.get(keys[1])) is not None:
+                    u = 0.5  # its sweep's running jobs end together, around the level
                 x = self._from_level(keys, k0, elapsed, u)
                 if x is not None:
                     return x
@@ -475,7 +486,7 @@ def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, w
                burst_min_samples: int = 5, sweeps: bool = False, sweep_min_jobs: int = 20,
                sweep_min_rank: int = 5, sweep_floor_quantile: float = 1.0, sweep_level: bool = True,
                sweep_spread: float = 0.2, sweep_failures: bool = True,
-               sweep_failure_window: int = 10) -> RuntimeModel:
+               sweep_failure_window: int = 10, sweep_level_median: bool = True) -> RuntimeModel:
     """The runtime model ``name`` of ``--runtime-model`` (history | declared | oracle);
     ``sweeps``: the history model is :class:`SweepHistoryRuntime`."""
     declared = DeclaredRuntime(declared_seconds)
@@ -490,7 +501,8 @@ def make_model(name: str, runtimes: dict[str, float], declared_seconds: float, w
             cls, extra = SweepHistoryRuntime, {"min_jobs": sweep_min_jobs, "min_rank": sweep_min_rank,
                                                "floor_quantile": sweep_floor_quantile, "level": sweep_level,
                                                "spread": sweep_spread, "failures": sweep_failures,
-                                               "failure_window": sweep_failure_window}
+                                               "failure_window": sweep_failure_window,
+                                               "level_median": sweep_level_median}
         return cls(team_gpu_keys, fallback=declared, window=window,
                    min_samples_for=lambda k: need if k[0] == "burst" else 5, **extra)
     raise ValueError(f"unknown runtime model {name!r} (history, declared, oracle)")
@@ -588,7 +600,8 @@ def eta_report(
                        sweep_min_jobs=eta.sweep_min_jobs, sweep_min_rank=eta.sweep_min_rank,
                        sweep_floor_quantile=eta.sweep_floor_quantile, sweep_level=eta.sweep_level,
                        sweep_spread=eta.sweep_spread, sweep_failures=eta.sweep_failures,
-                       sweep_failure_window=eta.sweep_failure_window)
+                       sweep_failure_window=eta.sweep_failure_window,
+                       sweep_level_median=eta.sweep_level_median)
     if eta.sibling_floor and isinstance(model, HistoryRuntime):
         model.sibling_floor = True
     oracle = OracleRuntime(runtimes, DeclaredRuntime(eta.declared_seconds))
