@@ -4,6 +4,7 @@ fairness (Jain's index), and the timeline in bins."""
 from __future__ import annotations
 
 import math
+import random
 from typing import Optional
 
 from ..engine.model import GPU
@@ -35,8 +36,6 @@ def median_ratio(pairs: list[tuple[float, float]], *, resamples: int = 2000, see
     errors stay together; fixed ``seed``: the same figures on every run), and with ``target`` the
     share of resamples whose ratio is at most it (else None). None without a pair whose second
     median is positive."""
-    import random
-
     pairs = [(float(a), float(b)) for a, b in pairs]
     n = len(pairs)
     if n == 0:

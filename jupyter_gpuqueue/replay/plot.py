@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from .metrics import percentile
 from .summary import fmt_duration
 
 
@@ -169,7 +170,7 @@ def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
             pts.append(f"{ml + pw:.1f},{py(1.0):.1f}")
             d = f' stroke-dasharray="{dash}"' if dash else ""
             out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2"{d} points="{" ".join(pts)}"/>')
-        med = percentile_of(xs, 50)
+        med = percentile(xs, 50)
         y = mt + 20 + 36 * i
         out.append(f'<line x1="{ml + pw + 14}" y1="{y}" x2="{ml + pw + 40}" y2="{y}" stroke="{color}" '
                    f'stroke-width="2"{(" stroke-dasharray=" + chr(34) + dash + chr(34)) if dash else ""}/>')
@@ -179,15 +180,6 @@ def eta_plot_svg(eta: dict, *, width: int = 760, height: int = 420) -> str:
     out.append(f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
-
-
-def percentile_of(sorted_xs: list, p: float):
-    if not sorted_xs:
-        return None
-    pos = (len(sorted_xs) - 1) * p / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
 __all__ = ["eta_plot_svg", "plot_svg"]
