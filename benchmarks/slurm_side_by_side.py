@@ -235,7 +235,7 @@ LogFile={self.p('log', 'slurmdbd.log')}
 
         t0 = time.time()
         with ThreadPoolExecutor(3) as ex:  # three users in parallel (slurm.md)
-            submitted = [x for part in ex.map(submit, by_team.values()) for x in part]
+            list(ex.map(submit, by_team.values()))  # every sbatch has returned
         submit_seconds = time.time() - t0
         t_open = time.time()
         sh(["scontrol", "update", "PartitionName=gpu", "State=UP"], env=env)

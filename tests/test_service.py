@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from servicetools import service_factory, stop_jobs, tick_until as wait

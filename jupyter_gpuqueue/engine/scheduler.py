@@ -302,7 +302,7 @@ class Scheduler:
         self._charge_node(cq, usage, +1)
 
     def _remove_admitted(self, key: str) -> str:
-        wl = self.admitted.pop(key)
+        self.admitted.pop(key)
         cq = self.admitted_cq.pop(key)
         usage = self.usage_of.pop(key)
         if key in self.admit_time and self.admit_time.pop(key) is None:

@@ -8,7 +8,6 @@ import datetime as _dt
 import json
 import math
 import re
-from dataclasses import field
 from fractions import Fraction
 from typing import Any, Iterable, Optional
 
