@@ -230,7 +230,9 @@ class SweepHistoryRuntime(HistoryRuntime):
     (``level_median``, on): a sweep's running jobs end together around its level, where
     independent draws spread their ends over the level's whole uncertainty (session 16: the
     simulation alone 7.2 -> 6.9 min on every 200th, 7.3 -> 7.0 on every 100th; blended 7.9 -> 7.6 on
-    the first 40,000 jobs, within 0.02 min elsewhere).
+    the first 40,000 jobs, within 0.02 min elsewhere). It is the job's sweep having a fitted level
+    that sets ``u`` to 0.5, so a job beyond ``outlier_z`` answers as before but at its median too (the
+    variant that keeps its own ``u`` there is not measured).
 
     And for a job whose burst *has* enough finished runs, while others still run: the burst's
     Kaplan-Meier estimate answers up to its longest finished run; the mass beyond it (the share of
@@ -389,7 +391,8 @@ class SweepHistoryRuntime(HistoryRuntime):
         if _rank(wl) >= self.min_rank:
             if elapsed > 0 and self.level:
                 if self.level_median and self._level(k0, self._last_sweep.get(keys[1])) is not None:
-                    u = 0.5  # its sweep's running jobs end together, around the level
+                    u = 0.5  # its sweep's running jobs end together, around the level (the fallbacks
+                    # below too, for a job beyond outlier_z: see the class docstring)
                 x = self._from_level(keys, k0, elapsed, u)
                 if x is not None:
                     return x
