@@ -464,3 +464,88 @@ def test_asking_for_it_without_root_is_refused_with_the_reason(accounts):
     field, _, message = out.stdout.strip().partition(" | ")
     assert field == "run_jobs_as_owner", (out.stdout, out.stderr)
     assert "needs the service to run as root" in message and f"uid {alice.pw_uid}" in message
+
+
+# The job tries to bill itself less (issue 31): it looks for the exit record among its own
+# descriptors and through its wrapper's, writes a record that says it ended one second after it
+# started (and one a day before it started), then kills its wrapper so that no honest record follows.
+FORGE = r"""
+import json, os, signal, sys, time
+time.sleep(float(sys.argv[1]))
+found, via_wrapper = [], "none"
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        target = os.readlink("/proc/self/fd/" + fd)
+    except OSError:
+        continue
+    if target.endswith(".exit"):
+        found.append(target)
+        os.pwrite(int(fd), json.dumps({"exitCode": 0, "signal": None, "finishedAt": 1.0}).encode(), 0)
+wrapper = os.getppid()
+for fd in os.listdir("/proc/%d/fd" % wrapper) if os.access("/proc/%d/fd" % wrapper, os.R_OK) else []:
+    try:
+        target = os.readlink("/proc/%d/fd/%s" % (wrapper, fd))
+    except OSError as e:
+        via_wrapper = "readlink: " + type(e).__name__
+        continue
+    if target.endswith(".exit"):
+        try:
+            with open("/proc/%d/fd/%s" % (wrapper, fd), "w") as f:
+                f.write(json.dumps({"exitCode": 0, "signal": None, "finishedAt": 1.0}))
+            via_wrapper = "written"
+        except OSError as e:
+            via_wrapper = type(e).__name__
+print(json.dumps({"inherited": found, "via_wrapper": via_wrapper, "killed_wrapper_at": time.time()}), flush=True)
+os.kill(wrapper, signal.SIGKILL)
+time.sleep(0.5)
+"""
+
+
+def test_a_job_cannot_forge_its_exit_record_or_its_bill(env):
+    """The job never holds the exit record (close-on-exec in the wrapper), cannot reopen it through
+    its wrapper's descriptors (the record is the service's, 0600), and its end time is the one the
+    service observed: killing the wrapper after a forged record bills at least the real run time."""
+    make, base, acc = env
+    svc = make()
+    svc.submit({"name": "forge", "command": [JOBPY, "-c", FORGE, "3"], "gpus": 1}, user="alice")
+    wait(svc, lambda: finished(svc, "forge"), timeout=60)
+    w = svc.get_workload("one", "forge")
+    out = job_output(svc, "forge", "alice")
+    assert out["inherited"] == [], "the job inherited the exit record's descriptor"
+    assert out["via_wrapper"] != "written", "the job reopened the exit record through its wrapper"
+    # Failed (its wrapper was killed), not the Succeeded the forged record claims; billed for the
+    # whole time it ran, not the 1 s (or less than nothing) of the record
+    assert w["state"] == "Failed", w
+    rec = svc.ledger.find_workload("one", "forge")
+    ran = out["killed_wrapper_at"] - rec["started_at"]
+    assert ran >= 3.0
+    assert rec["finished_at"] >= out["killed_wrapper_at"] - 0.01, (rec["finished_at"], out)
+    assert w["costUsd"] >= round(2.00 * ran / 3600, 6) - 2e-6, w
+
+
+def test_a_record_written_while_the_service_was_down_is_held_to_what_it_saw(env):
+    """After a restart the end time lies between the last sighting on record and now, whatever the
+    exit record says (here a record rewritten, as root, to a day before the job started)."""
+    make, base, acc = env
+    a = make()
+    a.submit({"name": "gone", "command": ["sh", "-c", "sleep 2"]}, user="alice")
+    wait(a, lambda: state(a, "gone") == "Running")
+    started = a.ledger.find_workload("one", "gone")["started_at"]
+    deadline = time.time() + 1.5
+    while time.time() < deadline:  # the service watches it for a while: its sightings are recorded
+        a.tick()
+        time.sleep(0.05)
+    seen = os.stat(base / "data" / "local-runs.seen").st_mtime
+    assert seen >= started + 1.0
+    run = a.ledger.find_workload("one", "gone")["run"]
+    a.ledger.close()  # the service goes away; the job ends meanwhile
+    pid = run["pid"]
+    deadline = time.time() + 20
+    while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+        time.sleep(0.05)
+    Path(run["exitPath"]).write_text(json.dumps({"exitCode": 0, "signal": None, "finishedAt": started - 86400}))
+    b = make()
+    wait(b, lambda: finished(b, "gone"))
+    rec = b.ledger.find_workload("one", "gone")
+    assert rec["finished_at"] >= seen - 0.01, (rec["finished_at"], seen)
+    assert rec["finished_at"] >= rec["started_at"]

@@ -191,6 +191,20 @@ class _Run:
     killed: bool = False
     pidfd: Optional[int] = None  # watched by the event loop while the run lives (set_wakeup)
     ended: bool = False  # its pidfd said the process ended (poll checks it)
+    last_alive: float = 0.0  # time.time() at which this backend last saw the process alive
+
+
+def _observed_end(recorded: Optional[float], last_alive: float, seen_gone: float) -> float:
+    """The end time the service bills for a run: the exit record's ``recorded`` time (None: none
+    to go by) held between the last moment the service saw the run alive and the moment it saw it
+    gone. A job runs as the account that could write (or make its wrapper write) the record, so a
+    time outside what the service observed is never taken: at worst a run is billed up to the time
+    between two looks (``full_poll_interval``, or since the last sighting before a restart) more.
+    Source of the rule: docs/security.md, "Trust boundary"."""
+    lo = min(last_alive, seen_gone)
+    if recorded is None:
+        return seen_gone
+    return min(max(float(recorded), lo), seen_gone)
 
 
 class LocalBackend:
@@ -207,10 +221,16 @@ class LocalBackend:
     (accounts.py); needs root (ValidationError(field="run_jobs_as_owner") otherwise). The wrapper's
     Python must then be one every account can run: ``python_executable`` if it is, else the first
     such ``python3`` in /usr/local/bin, /usr/bin, /bin (ValidationError if none).
+
+    ``sightings_file``: a file in the service's private folder whose modification time this
+    backend sets at every full :meth:`poll` (the last moment it saw each of its runs alive). After
+    a restart, a run that ended while the service was down is billed to no earlier than that
+    moment (:meth:`finished_status`), whatever its exit record says; without it, to no earlier
+    than the run's start.
     """
 
     def __init__(self, python_executable: str = sys.executable, state_dir: Optional[str] = None,
-                 accounts: Optional[Accounts] = None):
+                 accounts: Optional[Accounts] = None, sightings_file: Optional[str] = None):
         if not python_executable or not os.path.isfile(python_executable) or not os.access(python_executable, os.X_OK):
             raise ValidationError(f"{python_executable!r} is not an executable file", field="python_executable")
         self.accounts = accounts
@@ -225,6 +245,14 @@ class LocalBackend:
         self._wakeup: Optional[Callable[[], None]] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._next_full_poll = 0.0  # time.monotonic() of poll's next look at every run
+        self.sightings_file = os.path.abspath(sightings_file) if sightings_file else None
+        # The previous server process's last sighting of its runs (read before this one writes).
+        self.previous_sighting = 0.0
+        if self.sightings_file:
+            try:
+                self.previous_sighting = os.stat(self.sightings_file).st_mtime
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------ wake-up on exit
 
@@ -368,7 +396,7 @@ class LocalBackend:
             exit_path=exit_path,
             started_at=started_at,
         )
-        self._runs[spec.uid] = _Run(spec.uid, info, popen)
+        self._runs[spec.uid] = _Run(spec.uid, info, popen, last_alive=started_at)
         self._watch(self._runs[spec.uid])
         log.debug("started %s (%s) pid %d: %s", spec.key, spec.uid, popen.pid, argv)
         return info
@@ -422,7 +450,7 @@ class LocalBackend:
             os.close(exit_fd)
         info = RunInfo(pid=popen.pid, pgid=popen.pid, start_ticks=process_start_ticks(popen.pid), log_path=log_path,
                        exit_path=exit_path, started_at=started_at)
-        self._runs[spec.uid] = _Run(spec.uid, info, popen)
+        self._runs[spec.uid] = _Run(spec.uid, info, popen, last_alive=started_at)
         self._watch(self._runs[spec.uid])
         log.debug("started %s (%s) pid %d as %s (uid %d): %s", spec.key, spec.uid, popen.pid, account.name,
                   account.uid, spec.argv)
@@ -535,13 +563,16 @@ class LocalBackend:
         per tick (BENCHMARKS.md, "The live service")."""
         out: list[RunStatus] = []
         now = time.monotonic()
+        wall = time.time()
         full = now >= self._next_full_poll
         if full:
             self._next_full_poll = now + self.full_poll_interval
         for uid, run in list(self._runs.items()):
             if not (full or run.ended or run.pidfd is None or run.kill_at is not None):
+                run.last_alive = wall
                 continue  # alive: its pidfd has not said otherwise
             if not self._exited(run):
+                run.last_alive = wall
                 if run.kill_at is not None and not run.killed and now >= run.kill_at:
                     self._note(run, f"grace period of {run.grace:g} s is over: SIGKILL")
                     self._signal(run, signal.SIGKILL)
@@ -551,7 +582,25 @@ class LocalBackend:
             self._unwatch(run)
             del self._runs[uid]
             out.append(self._status(run, wrapper_code))
+        if full and self.sightings_file:
+            self._sighted(wall)
         return out
+
+    def _sighted(self, at: float) -> None:
+        """Record ``at`` as the last sighting of every run (the sightings file's mtime)."""
+        try:
+            os.utime(self.sightings_file, (at, at))
+        except FileNotFoundError:
+            try:
+                fd = os.open(self.sightings_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                os.close(fd)
+                os.utime(self.sightings_file, (at, at))
+            except OSError as e:
+                log.warning("cannot record the runs' last sighting in %s: %s", self.sightings_file, e)
+                self.sightings_file = None
+        except OSError as e:
+            log.warning("cannot record the runs' last sighting in %s: %s", self.sightings_file, e)
+            self.sightings_file = None
 
     @staticmethod
     def _reap(run: _Run) -> Optional[int]:
@@ -581,9 +630,22 @@ class LocalBackend:
         return popen.returncode
 
     def _status(self, run: _Run, wrapper_code: Optional[int]) -> RunStatus:
+        """The outcome of an ended run. The exit record is the wrapper's word, written by a
+        process of the job's own account: for a wrapper that is our child, a record is taken only
+        when the wrapper exited by itself (one killed by a signal wrote none of its own) and its
+        exit code is the wrapper's; its end time is never outside what this backend observed
+        (:func:`_observed_end`)."""
+        seen_gone = time.time()
         rec = read_exit_file(run.info.exit_path)
+        if rec is not None and run.popen is not None and wrapper_code is not None:
+            if wrapper_code < 0:
+                rec = None  # the wrapper was killed: whatever the record says, it did not write it
+            elif rec["exitCode"] != wrapper_code:
+                rec = {"exitCode": wrapper_code, "signal": wrapper_code - 128 if wrapper_code > 128 else None,
+                       "finishedAt": None}
         if rec is not None:
-            code, sig, finished_at = rec["exitCode"], rec["signal"], float(rec["finishedAt"])
+            code, sig = rec["exitCode"], rec["signal"]
+            finished_at = _observed_end(rec.get("finishedAt"), max(run.last_alive, run.info.started_at), seen_gone)
             if run.stop_reason is not None:
                 how = "killed after the grace period" if run.killed else _describe_code(code, sig)
                 return RunStatus(run.uid, FAILED, code, finished_at, f"{run.stop_reason}; {how}")
@@ -591,7 +653,7 @@ class LocalBackend:
                 return RunStatus(run.uid, SUCCEEDED, 0, finished_at, "exited with code 0")
             return RunStatus(run.uid, FAILED, code, finished_at, rec.get("error") or _describe_code(code, sig))
         # No exit record: the wrapper itself died (SIGKILL, OOM killer) or could not start.
-        finished_at = time.time()
+        finished_at = seen_gone
         if wrapper_code is not None and wrapper_code < 0:
             code: Optional[int] = 128 - wrapper_code
             what = f"was killed by {_signal_name(-wrapper_code)}"
@@ -624,25 +686,30 @@ class LocalBackend:
                 return False
         except ProcessLookupError:
             return False
-        self._runs[uid] = _Run(uid, info, popen=None)
+        self._runs[uid] = _Run(uid, info, popen=None, last_alive=time.time())
         self._watch(self._runs[uid])
         log.debug("adopted run %s pid %d", uid, info.pid)
         return True
 
     def finished_status(self, uid: str, info: RunInfo) -> RunStatus:
-        """Outcome of a run that is no longer alive: from its exit file; else Failed with exit code
-        None and message "lost while the server was down …", finished at the log file's last
-        modification (the last sign of life), or now if there is no log."""
+        """Outcome of a run that is no longer alive (it ended while no server watched it): from
+        its exit file; else Failed with exit code None and message "lost while the server was down
+        …". The end time lies between the last sighting on record (the previous server's last
+        poll, ``sightings_file``; else the run's start) and now: the exit record's time or the log
+        file's last modification (both writable by the job's account) held in that interval."""
+        now = time.time()
+        last_seen = max(float(info.started_at or 0.0), self.previous_sighting)
         rec = read_exit_file(info.exit_path)
         if rec is not None:
             code, sig = rec["exitCode"], rec["signal"]
             state = SUCCEEDED if code == 0 else FAILED
-            return RunStatus(uid, state, code, float(rec["finishedAt"]), rec.get("error") or _describe_code(code, sig))
+            return RunStatus(uid, state, code, _observed_end(rec.get("finishedAt"), last_seen, now),
+                             rec.get("error") or _describe_code(code, sig))
         try:
-            finished_at = max(info.started_at, os.path.getmtime(info.log_path))
+            mtime: Optional[float] = os.path.getmtime(info.log_path)
         except OSError:
-            finished_at = time.time()
-        return RunStatus(uid, FAILED, None, finished_at, LOST_MESSAGE)
+            mtime = None
+        return RunStatus(uid, FAILED, None, _observed_end(mtime, last_seen, now), LOST_MESSAGE)
 
     def find_started(self, uid: str, log_path: str) -> Optional[RunInfo]:
         """After a restart: a run of ``uid`` that an earlier server process started but never

@@ -12,8 +12,10 @@ restart, the wrapper is no longer its child): ``{"exitCode": int, "signal": int 
 
 Jobs as their owner (accounts.py): the service starts this wrapper as the job's owner and gives it
 the exit file already open as descriptor N (``--exit-fd``; the file lives in the service's private
-folder, which the owner cannot write), and the working directory to enter as the owner
-(``--chdir``), so that the OS checks it for that user. Before running anything the wrapper checks
+folder, which the owner cannot write; the wrapper marks it close-on-exec before it starts the job,
+so the job never holds it), and the working directory to enter as the owner (``--chdir``), so that
+the OS checks it for that user. The record is the wrapper's word on the job's exit code; the
+service takes no end time from it that it did not observe itself (local.py, ``_observed_end``). Before running anything the wrapper checks
 that it holds no capability (it refuses to run the job otherwise).
 
 This module imports the standard library only, so that it runs under any Python (it is started by
@@ -138,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             except ProcessLookupError:
                 pass
 
+    if exit_fd is not None:
+        # The job must never hold the exit record open: it runs as the same account and could
+        # write its own outcome and end time there (the service passed the descriptor to this
+        # wrapper only, inheritable). Close-on-exec, so posix_spawn does not pass it on.
+        os.set_inheritable(exit_fd, False)
     # Handlers first: a signal arriving while the child starts is forwarded once it exists. The
     # child gets the default dispositions back (setsigdef), as after exec.
     for s in FORWARDED:

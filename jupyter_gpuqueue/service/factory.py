@@ -110,7 +110,8 @@ def create_service(
         config=config,
         inventory=inventory,
         ledger=ledger,
-        backend=LeaseBackend(cluster.backend(config) if cluster is not None else LocalBackend(accounts=owner_accounts)),
+        backend=LeaseBackend(cluster.backend(config) if cluster is not None else LocalBackend(
+            accounts=owner_accounts, sightings_file=os.path.join(data_dir, "local-runs.seen"))),
         prices=price_obj,
         root_dir=root_dir,
         data_dir=data_dir,
