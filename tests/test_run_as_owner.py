@@ -548,3 +548,24 @@ def test_a_record_written_while_the_service_was_down_is_held_to_what_it_saw(env)
     rec = b.ledger.find_workload("one", "gone")
     assert rec["finished_at"] >= seen - 0.01, (rec["finished_at"], seen)
     assert rec["finished_at"] >= rec["started_at"]
+
+
+def test_a_job_without_a_working_directory_runs_in_its_owners_home(env):
+    """Never in a folder of the service (the hub's state folder, the service's root_dir): the owner's
+    home by default, and a relative workingDir is taken from it (issue 31)."""
+    make, base, acc = env
+    svc = make()
+    alice = acc["pw"]["alice"]
+    sub = Path(alice.pw_dir) / "proj"
+    sub.mkdir(exist_ok=True)
+    os.chown(sub, alice.pw_uid, alice.pw_gid)
+    code = "import os; open('out.txt', 'w').write('x'); print(os.getcwd())"
+    svc.submit({"name": "nowd", "command": [JOBPY, "-c", code]}, user="alice")
+    svc.submit({"name": "relwd", "command": [JOBPY, "-c", code], "workingDir": "proj"}, user="alice")
+    wait(svc, lambda: finished(svc, "nowd") and finished(svc, "relwd"))
+    for name, where in (("nowd", alice.pw_dir), ("relwd", str(sub))):
+        w = svc.get_workload("one", name)
+        assert w["state"] == "Succeeded", w
+        assert w["workingDir"] == where
+        assert svc.read_log("one", name, user="alice")["text"].strip().splitlines()[0] == where
+        assert os.stat(os.path.join(where, "out.txt")).st_uid == alice.pw_uid

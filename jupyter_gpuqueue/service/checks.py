@@ -155,11 +155,16 @@ class RequestChecks:
         user probe folders closed to them."""
         return getattr(self.backend, "accounts", None) is not None
 
-    def command(self, request: dict) -> tuple[list[str], str]:
+    def command(self, request: dict, home: Optional[str] = None) -> tuple[list[str], str]:
         """(argv, working folder) of a SubmitRequest's ``command`` or ``script``; ValidationError
         naming the field. The paths are checked here unless jobs run as their owners
-        (:meth:`_as_owner`), where only their form is."""
+        (:meth:`_as_owner`), where only their form is.
+
+        ``home``: where jobs run as their owners, the owner's home folder: relative paths are taken
+        from it and a command without ``workingDir`` runs there (never in a folder of the service,
+        such as the hub's state folder, which no job may use: issue 31)."""
         owner = self._as_owner()
+        base = home if (owner and home) else self.root_dir
         has_cmd = request.get("command") not in (None, "", [])
         has_script = request.get("script") not in (None, "")
         if has_cmd == has_script:
@@ -169,7 +174,7 @@ class RequestChecks:
             script = request["script"]
             if not isinstance(script, str):
                 raise ValidationError("must be a path", "script")
-            path = Path(script) if os.path.isabs(script) else Path(self.root_dir) / script
+            path = Path(script) if os.path.isabs(script) else Path(base) / script
             if not owner and not path.is_file():
                 raise ValidationError(f"no such file: {script}", "script")
             args = request.get("args") or []
@@ -188,11 +193,11 @@ class RequestChecks:
             if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
                 raise ValidationError("must be a non-empty list of strings (argv)", "command")
             argv = list(cmd)
-            default_wd = self.root_dir
+            default_wd = base
         if wd not in (None, ""):
             if not isinstance(wd, str):
                 raise ValidationError("must be a path", "workingDir")
-            wd_path = Path(wd) if os.path.isabs(wd) else Path(self.root_dir) / wd
+            wd_path = Path(wd) if os.path.isabs(wd) else Path(base) / wd
             if owner:
                 cwd = os.path.abspath(wd_path)  # entered by the wrapper as the owner
             else:

@@ -107,8 +107,7 @@ class Submissions:
                 f"a {LEASE_KIND} needs the queue's own admission (backend 'local' or 'kubernetes'); with "
                 "backend 'kueue', Kueue admits notebook pods itself: label them with kueue.x-k8s.io/queue-name "
                 "(Kueue's pod integration) instead of queueing them here", "kind")
-        if kind != LEASE_KIND:
-            self.check_owner_account(user)
+        account = self.check_owner_account(user) if kind != LEASE_KIND else None
         pc_request = request.get("priorityClass")
         if kind == LEASE_KIND and pc_request in (None, ""):
             pc_request = self.lease_priority_class
@@ -130,7 +129,7 @@ class Submissions:
         else:
             if request.get("notebookServer") is not None:
                 raise ValidationError(f"only a {LEASE_KIND} names a notebook server", "notebookServer")
-            argv, cwd = self.checks.command(request)
+            argv, cwd = self.checks.command(request, home=getattr(account, "home", None))
         env = request.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ValidationError("must be an object of string values", "env")
@@ -155,12 +154,12 @@ class Submissions:
             spec["acceptSpot"] = True
         return spec, wl
 
-    def check_owner_account(self, user: str) -> None:
-        """Where jobs run as their owners' OS accounts (backends/accounts.py): Forbidden naming the
-        user and the account looked for when ``user`` has none, before anything is queued."""
+    def check_owner_account(self, user: str):
+        """Where jobs run as their owners' OS accounts (backends/accounts.py): the owner's Account
+        (None where jobs run as the service); Forbidden naming the user and the account looked
+        for when ``user`` has none, before anything is queued."""
         lookup = getattr(self.backend, "owner_account", None)
-        if lookup is not None:
-            lookup(user)
+        return lookup(user) if lookup is not None else None
 
     def submit(self, request: dict, *, user: str) -> dict:
         """Validate a SubmitRequest, persist it, queue it; returns the Workload view (docs/rest-api.md).
@@ -241,7 +240,7 @@ class Submissions:
             self.checks.check_max_quota(wl, self.conf.config.local_queues[lq_key].cluster_queue, "spec.template.spec.containers")
             wl.maximum_execution_time_seconds = wl.maximum_execution_time_seconds or DEFAULT_MAX_RUNTIME
             return manifest_spec(doc, wl), wl
-        self.check_owner_account(user)
+        account = self.check_owner_account(user)
         pods = sum(ps.count for ps in wl.pod_sets)
         if pods != 1:
             raise ValidationError(
@@ -258,7 +257,7 @@ class Submissions:
             raise ValidationError("the local backend needs a command", "spec.template.spec.containers[0].command")
         req = {"command": argv, "workingDir": c0.get("workingDir")}
         try:
-            argv, cwd = self.checks.command(req)
+            argv, cwd = self.checks.command(req, home=getattr(account, "home", None))
         except ValidationError as exc:
             exc.field = "spec.template.spec.containers[0]." + (exc.field or "command")
             raise
