@@ -6,7 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-demo}"
-python="${PYTHON:-python3}"
+# A Python every account can run: on a shared machine users' notebook servers and jobs run as their
+# own accounts (jupyterhub_config/, docs/security.md), which cannot run one under /root (pyenv's,
+# say). Debian's /usr/bin/python3 when it has venv, else python3 on PATH; $PYTHON chooses.
+if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
+  python=/usr/bin/python3
+else
+  python="${PYTHON:-python3}"
+fi
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi

@@ -184,6 +184,44 @@ class Accounts:
                        shell=pw.pw_shell, umask=login_umask(pw), path=self.path, hub_user=user)
 
 
+def run_as_owner_policy(setting: Optional[bool], mode: str, backend: str, euid: int,
+                        account: str = "") -> tuple[bool, list[tuple[str, str]]]:
+    """Whether jobs run as their owners' OS accounts, and what the service must say about it at
+    start: ``(on, [(level, message), ...])`` with level ``"error"`` or ``"warning"``.
+
+    ``setting``: ``c.GpuQueueApp.run_jobs_as_owner`` (None: not set); ``mode``: "standalone" or
+    "hub-service"; ``backend``: "local", "kubernetes", "kueue"; ``euid``: the service's effective
+    uid; ``account``: its account name (for the messages).
+
+    The rule (issue 31, docs/security.md): a hub service that runs as root with the local backend
+    always runs jobs as their owners — no setting turns that off (False is refused, loudly, and
+    jobs still run as their owners), since the jobs would otherwise run as root. A hub service that
+    is not root runs every user's job as its own account, and says so. A single-user server run as
+    root runs its jobs as root, as its notebooks; it says so. Other backends run jobs in Pods."""
+    msgs: list[tuple[str, str]] = []
+    if backend != "local":
+        return bool(setting), msgs
+    if euid == 0 and mode == "hub-service":
+        if setting is False:
+            msgs.append(("error",
+                          "refusing c.GpuQueueApp.run_jobs_as_owner = False: the queue service runs as root, so every "
+                          "job would run as root; jobs run as their owners' OS accounts (docs/security.md)"))
+        return True, msgs
+    if euid == 0 and not setting:
+        msgs.append(("warning",
+                     "this single-user server runs as root: the jobs it queues run as root too, as its notebooks "
+                     "do. Run JupyterLab as your own account; on a machine shared by several people, run the queue "
+                     "as the hub service (docs/shared-machine.md)"))
+        return False, msgs
+    if mode == "hub-service" and not setting:
+        who = account or f"uid {euid}"
+        msgs.append(("warning",
+                     f"the queue service runs as {who}, not root: every user's job runs as {who}, with that account's "
+                     "rights on every user's files and on the queue's own state. To run each job as its owner's OS "
+                     "account, run the service as root (docs/security.md, docs/shared-machine.md)"))
+    return bool(setting), msgs
+
+
 def require_root(field: str = "run_jobs_as_owner") -> None:
     """Running jobs as their owners switches the job's uid, gid and groups, hands it a log file
     and signals its processes: only root can (a service holding CAP_SETUID through ambient

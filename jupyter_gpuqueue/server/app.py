@@ -405,10 +405,12 @@ class GpuQueueApp(ExtensionApp):
         None,
         allow_none=True,
         help="""Run each local job as its owner's OS account (uid, gid, groups, umask, a fresh
-        environment; the working directory checked as that user; logs 0600). Needs the service to
-        run as root: asked for without root, the service refuses to start. None (default): on in
-        hub-service mode with the local backend when running as root, off otherwise (standalone
-        servers run jobs as the server's user).""",
+        environment; the working directory the owner's home unless given, checked as that user;
+        logs 0600). Needs the service to run as root: asked for without root, the service refuses
+        to start. A hub service running as root with the local backend always runs jobs as their
+        owners: False is refused there (logged as an error; jobs never run as root). None
+        (default): on in that case, off otherwise (a hub service that is not root says at start
+        that every job runs as its account; standalone servers run jobs as the server's user).""",
     ).tag(config=True)
 
     os_account_template = Unicode(
@@ -663,11 +665,14 @@ class GpuQueueApp(ExtensionApp):
 
     def _owner_accounts(self):
         """The Accounts mapping when jobs run as their owners (run_jobs_as_owner), else None."""
-        from ..backends.accounts import Accounts
+        import getpass
 
-        on = self.run_jobs_as_owner
-        if on is None:
-            on = self._resolve_mode() == "hub-service" and self.backend == "local" and os.geteuid() == 0
+        from ..backends.accounts import Accounts, run_as_owner_policy
+
+        on, messages = run_as_owner_policy(self.run_jobs_as_owner, self._resolve_mode(), self.backend, os.geteuid(),
+                                           getpass.getuser())
+        for level, text in messages:
+            getattr(self.log, level)("jupyter_gpuqueue: %s", text)
         if not on:
             return None
         self.log.info("jupyter_gpuqueue: jobs run as their owners' OS accounts (os_account_template %r)",

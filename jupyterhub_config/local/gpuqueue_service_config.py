@@ -19,7 +19,7 @@ c.ServerApp.jpserver_extensions = {
 }
 c.ServerApp.default_url = "/gpuqueue/api/info"
 if hasattr(os, "geteuid") and os.geteuid() == 0:
-    c.ServerApp.allow_root = True  # containers that run everything as root
+    c.ServerApp.allow_root = True  # the queue service itself (not a user's server) runs as root
 
 c.GpuQueueApp.mode = "hub-service"
 c.GpuQueueApp.state_dir = os.path.join(state, "gpuqueue")
@@ -33,10 +33,15 @@ c.GpuQueueApp.group_local_queues = {
     "team-b": ["team-b/team-b-queue"],
 }
 
-# Jobs as their owners' OS accounts (docs/security.md): on by default when the service runs as root.
-# The demo's users are not OS accounts (SimpleLocalProcessSpawner runs every server as the hub's own
-# user), so the demo runs jobs as the service's account unless GPUQUEUE_JOBS_AS_OWNER=1 (then every
-# hub user needs an account, named by GPUQUEUE_OS_ACCOUNT_TEMPLATE: "{username}", "tljh", "systemd").
-c.GpuQueueApp.run_jobs_as_owner = os.environ.get("GPUQUEUE_JOBS_AS_OWNER", "").lower() in ("1", "true", "yes")
+# Jobs as their owners' OS accounts (docs/security.md): always, when the service runs as root
+# (c.GpuQueueApp.run_jobs_as_owner is left at its default; False would be refused). The demo's users
+# are not OS accounts: as root their jobs run as the demo account (as their servers do), unless
+# GPUQUEUE_OS_ACCOUNT_TEMPLATE names real accounts ("{username}", "tljh", "systemd"). Without root
+# every job runs as the service's account, and the service says so at start.
 if os.environ.get("GPUQUEUE_OS_ACCOUNT_TEMPLATE"):
     c.GpuQueueApp.os_account_template = os.environ["GPUQUEUE_OS_ACCOUNT_TEMPLATE"]
+elif os.environ.get("GPUQUEUE_DEMO_ACCOUNT"):
+    c.GpuQueueApp.os_account_map = {
+        user: os.environ["GPUQUEUE_DEMO_ACCOUNT"]
+        for user in os.environ.get("GPUQUEUE_DEMO_USERS", "").split(",") if user
+    }

@@ -3,7 +3,7 @@
 - The queue runs once, as the hub-managed service ``gpuqueue`` (``jupyterhub-singleuser`` loading
   the jupyter_gpuqueue server extension in hub-service mode, configured by
   ``gpuqueue_service_config.py``); its API is ``/services/gpuqueue/gpuqueue/api/``.
-- Every user's server (SimpleLocalProcessSpawner) runs the extension in hub-client mode: its own
+- Every user's server (DemoAccountSpawner) runs the extension in hub-client mode: its own
   ``/user/<name>/gpuqueue/api/`` forwards to the service as that user, with the server's
   ``$JUPYTERHUB_API_TOKEN`` (scopes from ``c.Spawner.server_token_scopes``).
 - Teams are the hub groups ``team-a`` and ``team-b`` (mapped to LocalQueues in the service
@@ -11,11 +11,17 @@
   are granted by the roles ``gpuqueue-users`` and ``gpuqueue-admins``.
 - Demo login: DummyAuthenticator, any listed user with the password ``$GPUQUEUE_DEMO_PASSWORD``
   (default ``gpuqueue-demo``). Never use DummyAuthenticator on a machine others can reach.
+- This is a demo. Its users are not OS accounts: when the hub runs as root, every user's server
+  and job runs as one unprivileged account, ``$GPUQUEUE_DEMO_ACCOUNT`` (``gpuqueue-demo``, made
+  by run.sh), never as root; otherwise as the hub's own account. The demo users can read each
+  other's files. For a machine shared by real people: ``jupyterhub_config/shared/``.
 
 Environment knobs (all optional): ``GPUQUEUE_HUB_STATE`` (where the hub database, cookie secret,
 queue ledger and users' home folders go; default ``./.gpuqueue/hub``), ``GPUQUEUE_HUB_PORT``
 (public port, 8000), ``GPUQUEUE_HUB_API_PORT`` (8081), ``GPUQUEUE_PROXY_API_PORT`` (8001),
-``GPUQUEUE_SERVICE_PORT`` (10101), ``GPUQUEUE_HUB_IP`` (127.0.0.1). ``GPUQUEUE_CONFIG``,
+``GPUQUEUE_SERVICE_PORT`` (10101), ``GPUQUEUE_HUB_IP`` (127.0.0.1), ``GPUQUEUE_DEMO_ACCOUNT`` (the
+account servers and jobs run as when the hub is root, ``gpuqueue-demo``), ``GPUQUEUE_DEMO_HOMES``
+(the users' homes, default ``$GPUQUEUE_HUB_STATE/home``). ``GPUQUEUE_CONFIG``,
 ``GPUQUEUE_INVENTORY`` and ``GPUQUEUE_DB_URL`` are passed on to the service (cluster YAML,
 inventory YAML, ledger URL; the bundled demo cluster and inventory when unset and no GPU is found).
 
@@ -34,6 +40,8 @@ bindir = os.path.dirname(sys.executable)  # the environment JupyterHub runs from
 
 state = os.path.abspath(os.environ.get("GPUQUEUE_HUB_STATE") or os.path.join(".gpuqueue", "hub"))
 os.makedirs(state, exist_ok=True)
+os.chmod(state, 0o711)  # users' homes are below it; nothing else of it may be listed or read
+demo_account = os.environ.get("GPUQUEUE_DEMO_ACCOUNT", "gpuqueue-demo")
 ip = os.environ.get("GPUQUEUE_HUB_IP", "127.0.0.1")
 hub_port = int(os.environ.get("GPUQUEUE_HUB_PORT", "8000"))
 hub_api_port = int(os.environ.get("GPUQUEUE_HUB_API_PORT", "8081"))
@@ -50,7 +58,10 @@ if not shutil.which("configurable-http-proxy"):
     local_chp = os.path.join(repo, ".ci-node", "node_modules", ".bin", "configurable-http-proxy")
     if os.path.exists(local_chp):
         c.ConfigurableHTTPProxy.command = [local_chp]
-c.JupyterHub.db_url = f"sqlite:///{os.path.join(state, 'jupyterhub.sqlite')}"
+hub_db = os.path.join(state, "jupyterhub.sqlite")
+os.close(os.open(hub_db, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600))  # the hub's tokens: its own only
+os.chmod(hub_db, 0o600)
+c.JupyterHub.db_url = f"sqlite:///{hub_db}"
 c.JupyterHub.cookie_secret_file = os.path.join(state, "jupyterhub_cookie_secret")
 
 # -- who may log in: demo users, the hub groups that are teams -------------------------------------
@@ -120,10 +131,13 @@ c.JupyterHub.services = [
         # the service sees only JupyterHub's env_keep variables plus these: pass the queue's own
         "environment": {
             "GPUQUEUE_HUB_STATE": state,
+            # the demo users' jobs run as the demo account when the service is root (never as root)
+            "GPUQUEUE_DEMO_ACCOUNT": demo_account,
+            "GPUQUEUE_DEMO_USERS": ",".join(sorted(c.Authenticator.allowed_users)),
             **{
                 var: os.environ[var]
                 for var in ("GPUQUEUE_CONFIG", "GPUQUEUE_INVENTORY", "GPUQUEUE_DB_URL",
-                            "GPUQUEUE_JOBS_AS_OWNER", "GPUQUEUE_OS_ACCOUNT_TEMPLATE")
+                            "GPUQUEUE_OS_ACCOUNT_TEMPLATE")
                 if os.environ.get(var)
             },
         },
@@ -134,12 +148,14 @@ c.JupyterHub.services = [
 ]
 
 # -- users' servers: local processes, the queue extension in hub-client mode ----------------------
-c.JupyterHub.spawner_class = "simple"  # SimpleLocalProcessSpawner: runs as the hub's OS user
-c.SimpleLocalProcessSpawner.home_dir_template = os.path.join(state, "home", "{username}")
+# DemoAccountSpawner (jupyter_gpuqueue/hub/demo_spawner.py): as root, every server runs as the demo
+# account (never root); otherwise as the hub's own account, as SimpleLocalProcessSpawner.
+c.JupyterHub.spawner_class = "jupyter_gpuqueue.hub.demo_spawner.DemoAccountSpawner"
+homes = os.environ.get("GPUQUEUE_DEMO_HOMES") or os.path.join(state, "home")  # <homes>/<user>
+c.SimpleLocalProcessSpawner.home_dir_template = os.path.join(homes, "{username}")
+c.DemoAccountSpawner.demo_account = demo_account
 c.Spawner.cmd = [os.path.join(bindir, "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
-if hasattr(os, "geteuid") and os.geteuid() == 0:
-    c.Spawner.args = ["--allow-root"]  # containers that run everything as root
 c.Spawner.environment = {
     # hub-client mode: forward {base_url}gpuqueue/api/ to the service (directly, not via the proxy)
     "GPUQUEUE_SERVICE_URL": f"http://127.0.0.1:{service_port}/services/gpuqueue/",

@@ -17,15 +17,14 @@ grants both) and deletes it when the lease ends: the queue bills the user's own 
 
 import os
 
-from jupyterhub.spawner import SimpleLocalProcessSpawner
-
 from jupyter_gpuqueue.hub import GpuQueueSpawnerMixin, profiles_form
+from jupyter_gpuqueue.hub.demo_spawner import DemoAccountSpawner
 
 c = get_config()  # noqa: F821
 
 
-class QueuedLocalSpawner(GpuQueueSpawnerMixin, SimpleLocalProcessSpawner):
-    """SimpleLocalProcessSpawner whose GPU servers wait in the shared GPU queue."""
+class QueuedLocalSpawner(GpuQueueSpawnerMixin, DemoAccountSpawner):
+    """The demo's spawner (never root: hub/demo_spawner.py) whose GPU servers wait in the shared GPU queue."""
 
 
 # The request of each profile is its "gpuqueue" entry (the queue picks the flavor unless one is

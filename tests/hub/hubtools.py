@@ -3,7 +3,8 @@
 :func:`start_hub` runs ``jupyterhub`` as a subprocess on free loopback ports, with a SQLite
 database and all state in a temporary folder, loading the shipped example
 ``jupyterhub_config/local/jupyterhub_config.py`` (demo users, groups team-a / team-b, roles,
-custom scopes, the ``gpuqueue`` managed service, SimpleLocalProcessSpawner in hub-client mode)
+custom scopes, the ``gpuqueue`` managed service, DemoAccountSpawner in hub-client mode; as root,
+users' servers and jobs run as an account made for the hub, ``Hub.demo_account``, never as root)
 plus any ``extra_config`` lines, e.g. a spawner hook. The returned :class:`Hub` has an admin API
 token (a ``test-admin`` service) and helpers for the Hub REST API and for requests through the
 proxy. :func:`stop_hub` stops user servers, then the hub (which stops its service and proxy),
@@ -20,12 +21,14 @@ it); the tests are skipped without it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -61,6 +64,8 @@ class Hub:
     proc: subprocess.Popen
     log_path: Path
     _tokens: dict = field(default_factory=dict)
+    demo_account: Optional[str] = None  # the OS account users' servers and jobs run as (hub as root)
+    homes: Optional[Path] = None  # the demo users' homes (<homes>/<user>)
 
     @property
     def api_url(self) -> str:
@@ -156,6 +161,7 @@ def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
         raise RuntimeError("configurable-http-proxy not found (run scripts/test.sh, or npm install it)")
     state = Path(state)
     state.mkdir(parents=True, exist_ok=True)
+    demo_account, homes = _make_demo_account(state) if os.geteuid() == 0 else (None, state / "home")
     admin_token = secrets.token_hex(16)
     cfg = state / "jupyterhub_test_config.py"
     cfg.write_text(_test_config(admin_token, extra_config))
@@ -168,6 +174,7 @@ def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
         "GPUQUEUE_HUB_API_PORT": str(ports["api"]),
         "GPUQUEUE_PROXY_API_PORT": str(ports["proxy_api"]),
         "GPUQUEUE_SERVICE_PORT": str(ports["service"]),
+        **({"GPUQUEUE_DEMO_ACCOUNT": demo_account, "GPUQUEUE_DEMO_HOMES": str(homes)} if demo_account else {}),
         **(env or {}),
     }
     for var in ("GPUQUEUE_URL", "GPUQUEUE_TOKEN", "GPUQUEUE_SERVICE_URL", "JUPYTERHUB_API_TOKEN",
@@ -187,7 +194,7 @@ def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
     hub = Hub(
         url=f"http://127.0.0.1:{ports['hub']}/",
         service_url=f"http://127.0.0.1:{ports['service']}/services/gpuqueue/",
-        admin_token=admin_token, state=state, proc=proc, log_path=log_path,
+        admin_token=admin_token, state=state, proc=proc, log_path=log_path, demo_account=demo_account, homes=homes,
     )
     deadline = time.monotonic() + timeout
     try:
@@ -199,6 +206,66 @@ def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
         stop_hub(hub)
         raise
     return hub
+
+
+_made_homes: list[str] = []
+
+
+def _make_demo_account(state: Path) -> tuple[str, Path]:
+    """As root, the demo runs users' servers and jobs as an unprivileged account (never root,
+    jupyter_gpuqueue/hub/demo_spawner.py): one made for this hub (removed by :func:`stop_hub`).
+    The users' homes and the account's own go in a folder of /tmp that the account can reach
+    (pytest keeps its temporary folders private, resetting their modes at each session), the
+    same one when the hub is started again in ``state``. Returns (account, homes folder)."""
+    name = "gqd-" + secrets.token_hex(4)
+    marker = state / ".demo-homes"
+    homes = Path(marker.read_text()) if marker.exists() else None
+    if homes is None or not homes.is_dir():
+        homes = Path(tempfile.mkdtemp(prefix="gq-homes-", dir="/tmp"))
+        _made_homes.append(str(homes))
+        marker.write_text(str(homes))
+    os.chmod(homes, 0o711)
+    own = homes / ".demo-account"
+    subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", str(own),
+                    "--shell", "/usr/sbin/nologin", "-c", "gpuqueue hub test demo account", name],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import pwd
+
+    pw = pwd.getpwnam(name)
+    own.mkdir(exist_ok=True)
+    os.chown(own, pw.pw_uid, pw.pw_gid)
+    os.chmod(own, 0o700)
+    for d in homes.iterdir():  # homes of an earlier start of this hub: the new account's
+        if d.is_dir():
+            for sub in [d, *d.rglob("*")]:
+                try:
+                    os.lchown(sub, pw.pw_uid, pw.pw_gid)
+                except OSError:
+                    pass
+    return name, homes
+
+
+@atexit.register
+def _remove_made_homes() -> None:
+    for d in _made_homes:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _remove_demo_account(name: str) -> None:
+    import pwd
+
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return
+    for entry in os.listdir("/proc"):  # whatever of its processes is left (only this account's)
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
+    subprocess.run(["userdel", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _wait_for(hub: Hub, ready, deadline: float, what: str) -> None:
@@ -257,3 +324,5 @@ def stop_hub(hub: Hub, timeout: float = 20.0) -> None:
         pass
 
 
+    if hub.demo_account:
+        _remove_demo_account(hub.demo_account)

@@ -65,7 +65,7 @@ def test_team_members_submit_into_their_team_queue(hub):
         assert (wl["owner"], wl["namespace"], wl["localQueue"]) == (user, ns, f"{ns}-queue")
         assert r.headers["Location"].endswith(f"/services/gpuqueue/gpuqueue/api/workloads/{ns}/{wl['name']}")
         done = wait_state(hub, token, ns, wl["name"], ("Succeeded", "Failed"))
-        assert done["state"] == "Succeeded", done
+        assert done["state"] == "Succeeded", (done.get("message"), done.get("exitCode"), done.get("workingDir"))
 
 
 def test_a_user_in_two_teams_picks_one_and_others_cannot(hub):
@@ -168,7 +168,7 @@ def test_user_server_forwards_to_the_service(hub):
         ws.close()
 
     # the panel's "Submit as GPU job" on a file of alice's server: relative path, run there
-    home = hub.state / "home" / "alice"
+    home = hub.homes / "alice"
     (home / "job.py").write_text("import os; print('cwd=' + os.getcwd())\n")
     r = hub.request("POST", base + "workloads", token, json={"script": "job.py", "gpus": 1, "name": "script-job"})
     assert r.status_code == 201, r.text
@@ -216,7 +216,7 @@ def test_an_admins_quota_change_applies_at_the_next_cycle_and_is_audited(hub):
         r = hub.queue("PATCH", path, ada, json={"resources": [{**l4, "nominalQuota": 2}]})
         assert r.status_code == 200, r.text
         done = wait_state(hub, alice, "team-a", name, ("Succeeded", "Failed"))
-        assert done["state"] == "Succeeded", done
+        assert done["state"] == "Succeeded", (done.get("message"), done.get("exitCode"), done.get("workingDir"))
         assert hub.queue("DELETE", f"workloads/team-a/{holder}", alice).status_code == 200
         audit = hub.queue("GET", "admin/audit?limit=5", ada).json()["items"]
         latest = audit[0]

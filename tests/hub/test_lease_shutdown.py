@@ -33,10 +33,10 @@ c.QueuedLocalSpawner.gpuqueue_poll_interval = 0.5
 
 HOOK_CONFIG = """
 import os
-from jupyterhub.spawner import SimpleLocalProcessSpawner
+from jupyter_gpuqueue.hub.demo_spawner import DemoAccountSpawner
 from jupyter_gpuqueue.hub import gpuqueue_post_stop_hook, gpuqueue_pre_spawn_hook
 
-c.JupyterHub.spawner_class = SimpleLocalProcessSpawner
+c.JupyterHub.spawner_class = DemoAccountSpawner
 c.Spawner.options_form = ""
 c.Spawner.pre_spawn_hook = gpuqueue_pre_spawn_hook
 c.Spawner.post_stop_hook = gpuqueue_post_stop_hook

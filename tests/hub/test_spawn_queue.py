@@ -89,7 +89,7 @@ def _server_env(hub, user: str) -> dict:
         if b"jupyterhub-singleuser" not in cmd or f"JUPYTERHUB_USER={user}".encode() not in raw:
             continue
         try:
-            if not os.readlink(f"/proc/{pid}/cwd").startswith(str(hub.state)):
+            if not os.readlink(f"/proc/{pid}/cwd").startswith(str(hub.homes)):
                 continue  # another hub's server (tests run side by side)
         except OSError:
             continue
@@ -262,11 +262,11 @@ def test_preempted_notebook_lease_is_warned_then_released_and_its_server_stopped
 
 HOOK_CONFIG = """
 import os
-from jupyterhub.spawner import SimpleLocalProcessSpawner
+from jupyter_gpuqueue.hub.demo_spawner import DemoAccountSpawner
 from jupyter_gpuqueue.hub import gpuqueue_post_stop_hook, gpuqueue_pre_spawn_hook
 
 # Any Spawner, no mixin: the plain hooks, settings in their own config section.
-c.JupyterHub.spawner_class = SimpleLocalProcessSpawner
+c.JupyterHub.spawner_class = DemoAccountSpawner
 c.Spawner.options_form = ""
 c.Spawner.pre_spawn_hook = gpuqueue_pre_spawn_hook
 c.Spawner.post_stop_hook = gpuqueue_post_stop_hook
