@@ -1,5 +1,5 @@
 """Jobs as their owner on the hub demo (issue 16), end to end: a real JupyterHub started from the
-shipped ``jupyterhub_config/local/`` files with ``GPUQUEUE_JOBS_AS_OWNER=1`` (the hub and so its
+shipped ``jupyterhub_config/local/`` files (the hub and so its
 gpuqueue service run as root here), two real OS accounts for the hub users alice and bob (named
 by ``GPUQUEUE_OS_ACCOUNT_TEMPLATE``, ``gq<random>-{username}``: created here, removed afterwards).
 
@@ -128,7 +128,6 @@ def owner_hub(tmp_path_factory, accounts):
     db_url = f"sqlite:///{state}/gpuqueue-secret-url.sqlite"
     h = start_hub(state, env={
         "GPUQUEUE_INVENTORY": str(DEMO_INVENTORY_PATH),
-        "GPUQUEUE_JOBS_AS_OWNER": "1",
         "GPUQUEUE_OS_ACCOUNT_TEMPLATE": accounts["template"],
         "GPUQUEUE_DB_URL": db_url,
     })
