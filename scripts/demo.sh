@@ -5,8 +5,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-venv.sh demo
-extra=()
-if [ "$(id -u)" = "0" ]; then extra+=(--allow-root); fi
 # The demo's ledger is upgraded to this version's schema if an older demo made it (a backup is
 # kept next to it; a real deployment decides that itself: README, "Upgrades and backups").
-exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD" --GpuQueueApp.upgrade_db=True "${extra[@]}" "$@"
+if [ "$(id -u)" != "0" ]; then
+  exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD" --GpuQueueApp.upgrade_db=True "$@"
+fi
+# As root (a container, a fresh VM), JupyterLab and its jobs never run as root: they run as an
+# unprivileged demo account (scripts/demo-account.sh), in a copy of examples/ in its home.
+account="$(scripts/demo-account.sh)"
+home="$(getent passwd "$account" | cut -d: -f6)"
+work="$home/gpuqueue-demo"
+if [ ! -d "$work" ]; then
+  mkdir -p "$work"
+  cp -r examples "$work/examples"
+  chown -R "$account:" "$work"
+fi
+echo "demo.sh: running as root; JupyterLab and its jobs run as the account $account in $work" >&2
+exec runuser -u "$account" -- env HOME="$home" PATH="$PWD/.venv/bin:/usr/local/bin:/usr/bin:/bin" \
+  .venv/bin/jupyter lab --ServerApp.root_dir="$work" --GpuQueueApp.upgrade_db=True "$@"

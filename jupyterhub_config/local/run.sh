@@ -17,20 +17,10 @@ if ! command -v configurable-http-proxy >/dev/null 2>&1 && [ ! -x .ci-node/node_
 fi
 export PATH="$PWD/.venv/bin:$PWD/.ci-node/node_modules/.bin:$PATH"
 # As root, the demo never runs users' code as root: every demo user's server and job runs as one
-# unprivileged account (jupyter_gpuqueue/hub/demo_spawner.py), made here if missing. It must be able
-# to run .venv's Python (scripts/setup-venv.sh makes .venv with /usr/bin/python3 for that).
+# unprivileged account (jupyter_gpuqueue/hub/demo_spawner.py), made by scripts/demo-account.sh.
 if [ "$(id -u)" = "0" ]; then
-  account="${GPUQUEUE_DEMO_ACCOUNT:-gpuqueue-demo}"
-  if ! id -u "$account" >/dev/null 2>&1; then
-    useradd --system --user-group --create-home --home-dir "/var/lib/$account" --shell /usr/sbin/nologin \
-      -c "jupyter_gpuqueue demo: every demo user's server and job" "$account"
-  fi
-  if ! runuser -u "$account" -- "$PWD/.venv/bin/python" -c "import jupyter_gpuqueue" >/dev/null 2>&1; then
-    echo "run.sh: the demo account $account cannot run $PWD/.venv/bin/python (a folder on its way is closed to" >&2
-    echo "other accounts, e.g. a Python under /root): remove .venv and run scripts/setup-venv.sh demo again" >&2
-    echo "(it uses /usr/bin/python3), or see jupyterhub_config/shared/ for a machine shared by real users." >&2
-    exit 1
-  fi
-  echo "run.sh: running as root; every demo user's notebook server and job runs as the account $account" >&2
+  GPUQUEUE_DEMO_ACCOUNT="$(scripts/demo-account.sh)"
+  export GPUQUEUE_DEMO_ACCOUNT
+  echo "run.sh: running as root; every demo user's notebook server and job runs as the account $GPUQUEUE_DEMO_ACCOUNT" >&2
 fi
 exec jupyterhub -f "$here/jupyterhub_config.py" "$@"
