@@ -11,7 +11,9 @@ import importlib.util
 import itertools
 import json
 import os
+import shutil
 import stat
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -86,12 +88,10 @@ def test_registered_through_the_tljh_entry_point(pm):
     eps = [ep for ep in metadata.entry_points(group="tljh") if ep.name == "gpuqueue"]
     assert [ep.value for ep in eps] == ["jupyter_gpuqueue.tljh_plugin"]
     assert pm.get_plugin("gpuqueue") is tljh_plugin
-    implemented = {impl.plugin_name: name for name in dir(pm.hook) if name.startswith("tljh_")
-                   for impl in getattr(pm.hook, name).get_hookimpls()}
     hooks = {name for name in dir(pm.hook) if name.startswith("tljh_")
              and any(i.plugin is tljh_plugin for i in getattr(pm.hook, name).get_hookimpls())}
     assert hooks == {"tljh_extra_hub_pip_packages", "tljh_extra_user_pip_packages",
-                     "tljh_custom_jupyterhub_config", "tljh_post_install"}, implemented
+                     "tljh_custom_jupyterhub_config", "tljh_post_install"}
 
 
 def test_a_hook_that_does_not_match_the_specification_is_refused():
@@ -282,3 +282,18 @@ def test_post_install(prefix, tmp_path):
     calls.clear()
     tljh_plugin.post_install(drop_in_dir=str(drop_in), run=calls.append)
     assert calls == []  # unchanged: no reload, no restart
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze (the systemd package)")
+def test_systemd_takes_every_line_of_the_drop_in(tmp_path):
+    """``systemd-analyze verify`` of a jupyterhub.service with TLJH's hardening lines and the drop-in
+    beside it (offline: no running systemd needed) names no unknown key and no value it cannot parse."""
+    (tmp_path / "jupyterhub.service").write_text(
+        "[Service]\nUser=root\nPrivateTmp=yes\nPrivateDevices=yes\nProtectKernelTunables=yes\n"
+        "ProtectKernelModules=yes\nExecStart=/bin/true\n")
+    assert tljh_plugin.write_drop_in(str(tmp_path / "jupyterhub.service.d"))
+    res = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "jupyterhub.service")], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp_path}:"})
+    out = res.stdout + res.stderr
+    assert "gpuqueue.conf" not in out, out  # any complaint about the drop-in names it
+    assert res.returncode == 0, out
