@@ -23,7 +23,9 @@ Paths are TLJH's (``tljh/config.py``): ``$TLJH_INSTALL_PREFIX`` (``/opt/tljh``),
 (the hub's environment), ``user`` (users' environment), ``state`` and ``config``. The queue's own
 settings are in ``{prefix}/config/gpuqueue/gpuqueue.yaml`` (:func:`load_settings`), its Kueue
 objects in ``cluster.yaml`` beside it, its state (SQLite ledger, job logs, exit records) in
-``{prefix}/state/gpuqueue``.
+``{prefix}/state/gpuqueue``. (Not a section of TLJH's ``config.yaml``: ``tljh-config`` checks that
+file against TLJH's schema, whose top-level ``additionalProperties: false`` sits inside
+``properties`` and so lets other keys through today; the plugin does not rely on that.)
 
 Nothing of ``tljh`` is imported: the module is loaded by TLJH's installer and hub, and by tests
 without TLJH.
@@ -91,16 +93,6 @@ def install_prefix() -> str:
     """TLJH's ``INSTALL_PREFIX``: ``$TLJH_INSTALL_PREFIX`` (set in its jupyterhub.service), else
     ``/opt/tljh``."""
     return os.environ.get("TLJH_INSTALL_PREFIX") or "/opt/tljh"
-
-
-def hub_env_prefix() -> str:
-    """``{prefix}/hub``: the hub's Python environment (this package is installed there)."""
-    return os.path.join(install_prefix(), "hub")
-
-
-def user_env_prefix() -> str:
-    """``{prefix}/user``: the users' environment (their servers run its jupyterhub-singleuser)."""
-    return os.path.join(install_prefix(), "user")
 
 
 def settings_dir() -> str:
