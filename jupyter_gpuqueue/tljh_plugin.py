@@ -114,6 +114,22 @@ def _str_list(value: Any, field: str) -> list[str]:
     return list(value)
 
 
+def _has_password(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return bool(make_url(url).password)
+    except ArgumentError as e:
+        raise ValidationError(f"not a SQLAlchemy URL: {e}", field="db_url") from None
+
+
+def _others_may_read(path: str) -> bool:
+    """Whether an account other than the file's owner may read ``path``: the file readable by its
+    group or others, and its folder open to them too."""
+    return bool(os.stat(path).st_mode & 0o044) and bool(os.stat(os.path.dirname(os.path.abspath(path))).st_mode & 0o011)
+
+
 def load_settings(path: Optional[str] = None) -> dict:
     """The plugin's settings: ``{prefix}/config/gpuqueue/gpuqueue.yaml`` (``path``), a YAML mapping;
     every key is optional and a missing file is an empty mapping:
@@ -133,7 +149,7 @@ def load_settings(path: Optional[str] = None) -> dict:
 
     Relative paths are taken from the file's folder. Returns the checked mapping, paths absolute.
     Raises ValidationError naming the file and the field (unreadable YAML, an unknown key, a
-    value of the wrong shape)."""
+    value of the wrong shape, a ``db_url`` with a password in a file other accounts can read)."""
     path = path or os.path.join(settings_dir(), SETTINGS_NAME)
     try:
         return _load_settings(path)
@@ -196,6 +212,9 @@ def _load_settings(path: str) -> dict:
     for key in ("db_url", "pip_spec"):
         if raw.get(key) is not None:
             out[key] = _str_list([raw[key]], key)[0]
+    if "db_url" in out and _has_password(out["db_url"]) and _others_may_read(path):
+        raise ValidationError(f"{path} holds a database password and other accounts can read it: "
+                              f"chmod 600 {path} (or 700 its folder)", field="db_url")
     app = raw.get("GpuQueueApp") or {}
     if not isinstance(app, dict):
         raise ValidationError(f"{path}: must map GpuQueueApp settings to values", field="GpuQueueApp")

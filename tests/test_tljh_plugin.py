@@ -267,6 +267,19 @@ def test_a_bad_settings_file_is_refused_naming_the_field(pm, prefix, settings, f
     assert c == before  # nothing changed
 
 
+def test_a_database_password_readable_by_others_is_refused(pm, prefix):
+    path = write_settings(prefix, {"db_url": "postgresql+psycopg://gpuqueue:secret@localhost/gpuqueue"})
+    path.chmod(0o644)
+    path.parent.chmod(0o700)  # the folder keeps others out: taken
+    pm.hook.tljh_custom_jupyterhub_config(c=tljh_config())
+    path.parent.chmod(0o755)
+    with pytest.raises(ValidationError, match="chmod 600") as e:
+        pm.hook.tljh_custom_jupyterhub_config(c=tljh_config())
+    assert e.value.field == "db_url"
+    path.chmod(0o600)
+    pm.hook.tljh_custom_jupyterhub_config(c=tljh_config())
+
+
 def test_post_install(prefix, tmp_path):
     """The state folder 0700, the jupyterhub.service drop-in (GPUs visible, jobs outlive a hub
     restart) and the reload, once."""
