@@ -39,44 +39,53 @@ def test_the_postgresql_extra_is_the_driver():
 
 
 MISSING_DRIVER = """
-import sys
+import io, json, sys
 sys.modules["psycopg"] = None  # the driver is not installed: importing it fails
 sys.modules["psycopg2"] = None
+from jupyter_gpuqueue.cli.program import run
 from jupyter_gpuqueue.errors import ValidationError
 from jupyter_gpuqueue.service import create_service
-try:
-    create_service(config_paths=[{cluster!r}], inventory_path={inventory!r}, db_url={url!r},
-                   root_dir={root!r}, data_dir={data!r})
-except ValidationError as e:
-    print("FIELD", e.field)
-    print("MESSAGE", e)
-else:
-    print("NO ERROR")
-from jupyter_gpuqueue.cli import main
-sys.exit(main(["upgrade-db", "--db-url", {url!r}]))
+out = {{}}
+for url in {urls!r}:
+    try:
+        create_service(config_paths=[{cluster!r}], inventory_path={inventory!r}, db_url=url,
+                       root_dir={root!r}, data_dir={data!r})
+        service = None
+    except ValidationError as e:
+        service = [e.field, str(e)]
+    err = io.StringIO()
+    rc = run(["upgrade-db", "--db-url", url], out=io.StringIO(), err=err, stdin=io.StringIO())
+    out[url] = {{"service": service, "cli": [rc, err.getvalue()]}}
+print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("url", [DOC_URL, "postgresql://gpuqueue:PASSWORD@localhost/gpuqueue"])
-def test_a_missing_driver_names_the_extra(tmp_path, url):
-    """Without psycopg (a subprocess where importing it fails) the service and the CLI refuse the
+def test_a_missing_driver_names_the_extra(tmp_path):
+    """Without psycopg (a subprocess where importing it fails) the service and the CLI refuse a
     PostgreSQL ledger with ValidationError naming db_url and the pip command, before any connection;
     nothing falls back to SQLite."""
-    data = tmp_path / "data"
+    import json
+
+    urls = [DOC_URL, "postgresql://gpuqueue:PASSWORD@localhost/gpuqueue"]
     script = MISSING_DRIVER.format(cluster=str(DEMO_DIR / "cluster.yaml"), inventory=str(DEMO_INVENTORY_PATH),
-                                   url=url, root=str(tmp_path), data=str(data))
+                                   urls=urls, root=str(tmp_path), data=str(tmp_path / "data"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUQUEUE_")}
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
-    assert "FIELD db_url" in res.stdout, (res.stdout, res.stderr)
-    message = res.stdout.split("MESSAGE ", 1)[1]
-    assert 'pip install "jupyter_gpuqueue[postgresql]"' in message
-    assert "is not installed" in message
-    if not url.startswith("postgresql+psycopg"):  # the extra brings psycopg 3: say which URL uses it
-        driver = make_url(url).get_driver_name()
-        assert ("postgresql+psycopg://" in message) is (driver != "psycopg")
-    assert res.returncode == 2, res.stderr
-    assert "upgrade-db: error: db_url:" in res.stderr and 'pip install "jupyter_gpuqueue[postgresql]"' in res.stderr
-    assert "Traceback" not in res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert res.returncode == 0 and lines, (res.stdout, res.stderr)
+    results = json.loads(lines[0][len("RESULT "):])
+    for url in urls:
+        service, (rc, err) = results[url]["service"], results[url]["cli"]
+        assert service is not None, url
+        field, message = service
+        assert field == "db_url"
+        assert 'pip install "jupyter_gpuqueue[postgresql]"' in message and "is not installed" in message
+        # a URL of another driver than the extra's psycopg 3: the message names the URL that uses it
+        other_driver = make_url(url).get_driver_name() != "psycopg"
+        assert ("postgresql+psycopg://" in message.split("pip install")[1]) is other_driver, message
+        assert rc == 2
+        assert "upgrade-db: error: db_url:" in err and 'pip install "jupyter_gpuqueue[postgresql]"' in err, err
+        assert "Traceback" not in err
     assert not list(tmp_path.rglob("*.sqlite"))
 
 
