@@ -421,14 +421,38 @@ def tljh_custom_jupyterhub_config(c: Any) -> None:
 # -- the service's configuration (tljh_service_config.py) ------------------------------------------
 
 
+def die_with_hub(sig: int = 15) -> bool:
+    """Have this process get ``sig`` (SIGTERM) when its parent, the hub, dies (Linux
+    ``PR_SET_PDEATHSIG``; not inherited by the jobs it starts). TLJH's unit gets
+    ``KillMode=process`` from the drop-in so that jobs outlive a hub restart; a hub that stops
+    cleanly stops its services itself, and this ends the service of a hub that crashed, which
+    would otherwise hold the service's port against the restarted hub's. Returns False where
+    ``prctl`` is unavailable; exits when the parent is already gone."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return False
+    parent = os.getppid()
+    if prctl(1, sig, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        return False
+    if os.getppid() != parent:  # the hub died before the signal was armed
+        sys.exit(f"gpuqueue: the hub (pid {parent}) is gone; not starting")
+    return True
+
+
 def configure_service(c: Any, settings: Optional[dict] = None) -> None:
     """Configure the ``gpuqueue`` service ``c`` (``jupyterhub-singleuser --config=
-    tljh_service_config.py``, run by the hub as root): hub-service mode, the state folder (0700),
+    tljh_service_config.py``, run by the hub as root): it dies with the hub (:func:`die_with_hub`),
+    hub-service mode, the state folder (0700),
     jobs as their owners' ``jupyter-<name>`` accounts (``run_jobs_as_owner`` left at its default:
     on as root), teams from gpuqueue.yaml, and its other settings."""
     from .backends.accounts import secure_state_dir
 
     settings = load_settings() if settings is None else settings
+    if os.environ.get("JUPYTERHUB_SERVICE_NAME") == SERVICE_NAME:  # started by the hub (not a test's loader)
+        die_with_hub()
     state = state_dir()
     secure_state_dir(state)
     c.ServerApp.jpserver_extensions = {

@@ -12,8 +12,11 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -310,3 +313,51 @@ def test_systemd_takes_every_line_of_the_drop_in(tmp_path):
     out = res.stdout + res.stderr
     assert "gpuqueue.conf" not in out, out  # any complaint about the drop-in names it
     assert res.returncode == 0, out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return any(ln.startswith("State:") and ln.split()[1] in ("Z", "X") for ln in status.splitlines())
+
+
+def _wait(predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_the_service_dies_with_the_hub_and_its_jobs_do_not(tmp_path):
+    """die_with_hub: a process (the service) gets SIGTERM when its parent (the hub) is killed; a
+    process it started in a session of its own (a job) goes on."""
+    marks = tmp_path / "marks"
+    service = (
+        "import subprocess, sys, time\n"
+        "from jupyter_gpuqueue.tljh_plugin import die_with_hub\n"
+        "assert die_with_hub()\n"
+        "job = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        f"open({str(marks)!r}, 'w').write(f'{{job.pid}}\\n')\n"
+        "time.sleep(300)\n"
+    )
+    hub = subprocess.Popen([sys.executable, "-c",
+                            f"import subprocess, sys, time\np = subprocess.Popen([sys.executable, '-c', {service!r}])\n"
+                            "print(p.pid, flush=True)\ntime.sleep(300)\n"], stdout=subprocess.PIPE, text=True)
+    job = None
+    try:
+        service_pid = int(hub.stdout.readline())
+        _wait(lambda: marks.exists() and marks.read_text().endswith("\n"), "the service armed and started its job")
+        job = int(marks.read_text())
+        assert not _gone(service_pid) and not _gone(job)
+        hub.kill()
+        hub.wait(30)
+        _wait(lambda: _gone(service_pid), "the service ended with its hub")
+        assert not _gone(job)  # the job goes on (the restarted service adopts it)
+    finally:
+        hub.kill()
+        hub.wait(30)
+        for pid in (job,):
+            if pid and not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

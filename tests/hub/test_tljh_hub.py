@@ -122,10 +122,16 @@ def tljh_hub(tmp_path_factory):
         _wait_for(hub, lambda: hub.api("GET", "").status_code == 200, deadline, "the hub API")
         _wait_for(hub, lambda: hub.queue("GET", "info", token=None).status_code == 403, deadline,
                   "the gpuqueue service through the proxy")
+        service_pid = _service_pid(hub)
         yield {"hub": hub, "prefix": prefix, "member": member, "outsider": outsider, "admin": admin,
                "account": pwd.getpwnam(account)}
     finally:
         stop_hub(hub)
+        try:  # the service has a session of its own: not in the hub's process group
+            if b"tljh_service_config.py" in Path(f"/proc/{service_pid}/cmdline").read_bytes():
+                os.kill(service_pid, signal.SIGKILL)
+        except (NameError, OSError):
+            pass
         uid = pwd.getpwnam(account).pw_uid
         for entry in os.listdir("/proc"):  # only processes of the test's own account
             try:
@@ -194,3 +200,24 @@ def test_a_user_in_no_team_is_refused_and_tljhs_admin_administers(tljh_hub):
     assert r.status_code == 403, r.text
     info = hub.queue("GET", "info", hub.token_for(tljh_hub["admin"])).json()
     assert info["permissions"]["admin"] is True, info
+
+
+def test_a_crashed_hub_takes_its_service_along(tljh_hub):
+    """Last in this module: SIGKILL to the hub (a crash; TLJH's unit has KillMode=process from the
+    plugin's drop-in, so systemd would not end the service) ends the service too, which would
+    otherwise hold its port against the restarted hub's."""
+    hub = tljh_hub["hub"]
+    pid = _service_pid(hub)
+    hub.proc.kill()
+    hub.proc.wait(30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            state = next(ln.split()[1] for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if ln.startswith("State:"))
+        except FileNotFoundError:
+            break
+        if state in ("Z", "X"):
+            break
+        assert time.monotonic() < deadline, f"the service (pid {pid}) outlived its hub"
+        time.sleep(0.2)
