@@ -373,7 +373,9 @@ def tljh_custom_jupyterhub_config(c: Any) -> None:
     if members:
         groups = dict(c.JupyterHub.load_groups) if "load_groups" in c.JupyterHub else {}
         for group, users in members.items():
-            groups[group] = {"users": sorted(set(users) | set((groups.get(group) or {}).get("users", [])))}
+            prev = groups.get(group) or {}
+            prev = {"users": list(prev)} if isinstance(prev, (list, tuple, set)) else dict(prev)  # JupyterHub < 4: a list
+            groups[group] = {**prev, "users": sorted(set(users) | set(prev.get("users", [])))}
         c.JupyterHub.load_groups = groups
     admins = settings.get("admins")
     if admins is None:

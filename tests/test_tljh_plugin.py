@@ -158,6 +158,7 @@ def test_custom_jupyterhub_config(pm, prefix):
         "service_port": 10999,
     })
     c = tljh_config()
+    c.JupyterHub.load_groups = {"team-b": ["carol"], "other": {"users": ["dave"], "properties": {"x": 1}}}
     pm.hook.tljh_custom_jupyterhub_config(c=c)  # as TLJH's jupyterhub_config.py calls it
 
     # the service: hub-managed (run by the hub, as root under TLJH), its config file shipped
@@ -184,7 +185,8 @@ def test_custom_jupyterhub_config(pm, prefix):
     assert set(roles["gpuqueue-users"]["scopes"]) == {"access:services!service=gpuqueue", "custom:gpuqueue:submit"}
     assert roles["gpuqueue-admins"]["users"] == ["ada"]  # TLJH's admins (users.admin) by default
     assert "custom:gpuqueue:admin" in roles["gpuqueue-admins"]["scopes"]
-    assert c.JupyterHub.load_groups == {"team-a": {"users": ["alice"]}, "team-b": {"users": ["bob"]}}
+    assert c.JupyterHub.load_groups == {"team-a": {"users": ["alice"]}, "team-b": {"users": ["bob", "carol"]},
+                                        "other": {"users": ["dave"], "properties": {"x": 1}}}
 
     # users' servers: hub-client mode towards the service
     assert c.Spawner.environment["GPUQUEUE_SERVICE_URL"] == "http://127.0.0.1:10999/services/gpuqueue/"
