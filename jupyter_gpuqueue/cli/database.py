@@ -83,7 +83,9 @@ def cmd_upgrade_db(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -
         was, now, saved = ledger.migrate(args.revision, backup=not args.no_backup)
         if saved:
             out.write(f"backed up {schema.sqlite_path(ledger.url)} to {saved}\n")
-        if before is None:
+        if before is None and ledger.schema_action == "created":  # an empty database (a new PostgreSQL one)
+            out.write(f"created the ledger's tables at {where}\n")
+        elif before is None:
             out.write(f"the ledger at {where} was made before schema versions existed: stamped {schema.FIRST_REVISION}\n")
         if was != now:
             out.write(f"the ledger at {where}: schema revision {was} -> {now}\n")

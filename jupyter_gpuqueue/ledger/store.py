@@ -79,6 +79,27 @@ _CLOSE_INTERVALS = (
 )
 
 
+POSTGRESQL_EXTRA = 'pip install "jupyter_gpuqueue[postgresql]"'
+
+
+def _create_engine(url, **kwargs) -> Engine:
+    """``create_engine(url)``; a PostgreSQL URL whose driver is not installed raises
+    ValidationError naming ``db_url`` and the extra that brings the driver (psycopg 3, SQLAlchemy's
+    ``postgresql+psycopg``), instead of the driver's bare ModuleNotFoundError."""
+    try:
+        return create_engine(url, **kwargs)
+    except ImportError as e:  # no module; or psycopg without its binary package nor a libpq
+        if url.get_backend_name() != "postgresql":
+            raise
+        driver = url.get_driver_name()
+        fix = POSTGRESQL_EXTRA
+        if driver != "psycopg":  # the extra brings psycopg 3: SQLAlchemy's postgresql+psycopg
+            fix += f" and use a postgresql+psycopg:// URL (this one asks for the {driver} driver)"
+        raise ValidationError(
+            f"the PostgreSQL driver of {url.drivername}:// is not installed ({e}): {fix}",
+            field="db_url") from None
+
+
 def _is_sqlite(url) -> bool:
     return url.get_backend_name() == "sqlite"
 
@@ -155,7 +176,7 @@ class Ledger:
         else:
             kwargs["pool_pre_ping"] = True
         self.url = parsed
-        self.engine: Engine = create_engine(parsed, **kwargs)
+        self.engine: Engine = _create_engine(parsed, **kwargs)
         self._local = threading.local()
         self._update_stmts: dict[tuple[str, ...], Any] = {}  # see _update_statement
         # Write transactions of this process take this lock before BEGIN (IMMEDIATE): the service's
@@ -259,12 +280,13 @@ class Ledger:
     def migrate(self, revision: str = "head", *, backup: bool = True) -> tuple[Optional[str], str, Optional[str]]:
         """Upgrade (or downgrade) the schema to ``revision`` in one transaction, a SQLite file
         backed up first unless ``backup`` is False; returns (before, after, backup path or None).
-        A ledger made before versions existed is stamped first (``schema.ensure_schema``)."""
+        A ledger made before versions existed is stamped first, an empty database gets the newest
+        tables (``schema.ensure_schema``; which of the two: :attr:`schema_action`)."""
         if self.schema_revision() is None:
             try:
-                schema.ensure_schema(self.engine, self._local, upgrade=False)
+                self.schema_action = schema.ensure_schema(self.engine, self._local, upgrade=False)
             except schema.LedgerSchemaError:
-                pass  # stamped as the first revision; older than head: upgraded below
+                self.schema_action = "stamped"  # as the first revision; older than head: upgraded below
         return schema.migrate(self.engine, self._local, revision, backup=backup)
 
     def backup(self, dest: str) -> str:
