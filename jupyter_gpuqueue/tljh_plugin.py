@@ -40,6 +40,16 @@ import sys
 from typing import Any, Callable, Optional
 
 from .errors import ValidationError
+from .recipes import (
+    ACCESS_SCOPE,
+    ADMIN_SCOPE,
+    CUSTOM_SCOPES,
+    SERVER_TOKEN_SCOPES,
+    SERVICE_EXTENSIONS,
+    SERVICE_NAME,
+    SERVICE_SCOPES,
+    SUBMIT_SCOPE,
+)
 
 try:  # pluggy comes with TLJH (and with pytest); without it the hooks are plain functions
     import pluggy
@@ -50,28 +60,11 @@ except ImportError:  # pragma: no cover - neither TLJH nor pytest installed
         return function
 
 DIST = "jupyter_gpuqueue"
-SERVICE_NAME = "gpuqueue"
 DEFAULT_SERVICE_PORT = 10101
 SETTINGS_NAME = "gpuqueue.yaml"
 DROP_IN_DIR = "/etc/systemd/system/jupyterhub.service.d"
 DROP_IN_NAME = "gpuqueue.conf"
 
-SUBMIT_SCOPE = "custom:gpuqueue:submit"
-ADMIN_SCOPE = "custom:gpuqueue:admin"
-CUSTOM_SCOPES = {
-    SUBMIT_SCOPE: {
-        "description": "Submit GPU workloads to the team queues; list, cancel and read the logs of one's own.",
-    },
-    ADMIN_SCOPE: {
-        "description": "Change GPU quotas, cohorts, priority classes and prices; read the audit log.",
-        "subscopes": [SUBMIT_SCOPE],
-    },
-}
-ACCESS_SCOPE = f"access:services!service={SERVICE_NAME}"
-# the service itself: idle notebook GPU reclaim reads the servers' last activity
-SERVICE_SCOPES = ["read:users:activity", "read:servers"]
-# a user's server token gets those of these its user holds (hub-client mode forwards with it)
-SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server", ACCESS_SCOPE, SUBMIT_SCOPE, ADMIN_SCOPE]
 
 DEFAULT_PROFILES = [
     {"slug": "cpu", "display_name": "CPU only", "default": True, "gpuqueue": {},
@@ -457,13 +450,7 @@ def configure_service(c: Any, settings: Optional[dict] = None) -> None:
         die_with_hub()
     state = state_dir()
     secure_state_dir(state)
-    c.ServerApp.jpserver_extensions = {
-        "jupyter_gpuqueue": True,
-        "jupyterlab": False,
-        "jupyter_lsp": False,
-        "jupyter_server_terminals": False,
-        "notebook_shim": False,
-    }
+    c.ServerApp.jpserver_extensions = dict(SERVICE_EXTENSIONS)
     c.ServerApp.default_url = "/gpuqueue/api/info"
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         c.ServerApp.allow_root = True  # the hub's service under TLJH; users' jobs run as their owners
@@ -472,6 +459,9 @@ def configure_service(c: Any, settings: Optional[dict] = None) -> None:
     c.GpuQueueApp.mode = "hub-service"
     c.GpuQueueApp.state_dir = state
     c.GpuQueueApp.os_account_template = "tljh"
+    if "owner_job_path" not in settings.get("GpuQueueApp", {}):
+        # jobs find the users' environment first, as their notebooks do (TLJH's USER_ENV_PREFIX)
+        c.GpuQueueApp.owner_job_path = os.path.join(install_prefix(), "user", "bin") + ":/usr/local/bin:/usr/bin:/bin"
     if settings["teams"]:
         c.GpuQueueApp.group_local_queues = dict(settings["teams"])
     if settings.get("config_files"):

@@ -242,6 +242,7 @@ def test_service_config(pm, prefix, monkeypatch):
     assert app.mode == "hub-service"
     assert app.state_dir == str(prefix / "state" / "gpuqueue")
     assert app.os_account_template == "tljh"  # accounts jupyter-<name>
+    assert app.owner_job_path.split(":")[0] == str(prefix / "user" / "bin")  # jobs' python: the users' env
     assert "run_jobs_as_owner" not in app  # its default: on, as the service runs as root
     assert app.group_local_queues == {"team-a": ["team-a/team-a-queue"]}
     assert app.config_files == [str(prefix / "config" / "gpuqueue" / "cluster.yaml")]

@@ -582,7 +582,9 @@ class LocalBackend:
             self._unwatch(run)
             del self._runs[uid]
             out.append(self._status(run, wrapper_code))
-        if full and self.sightings_file:
+        if full and self.sightings_file and not out:
+            # Only when every run was seen alive: a run that ended now, but whose end the service
+            # has not recorded yet (it may die first), was last seen alive before this poll.
             self._sighted(wall)
         return out
 

@@ -427,6 +427,13 @@ class GpuQueueApp(ExtensionApp):
         below UID_MIN; never root). A hub user whose account does not exist cannot submit jobs.""",
     ).tag(config=True)
 
+    owner_job_path = Unicode(
+        "/usr/local/bin:/usr/bin:/bin",
+        help="""Where jobs run as their owners: the PATH of a job's fresh environment (a command such
+        as `python` is looked up on it, as the owner). The TLJH plugin puts the users' environment
+        (/opt/tljh/user/bin) first.""",
+    ).tag(config=True)
+
     # -- costs (issue 6: budgets, spot flavors, utilization, metrics; docs/rest-api.md "Costs") ----
 
     budgets = Dict(
@@ -677,7 +684,7 @@ class GpuQueueApp(ExtensionApp):
             return None
         self.log.info("jupyter_gpuqueue: jobs run as their owners' OS accounts (os_account_template %r)",
                       self.os_account_template)
-        return Accounts(self.os_account_template, dict(self.os_account_map))
+        return Accounts(self.os_account_template, dict(self.os_account_map), path=self.owner_job_path)
 
     _lease_watch = None  # hub-client mode on a GPU lease: lease_release.ServerLeaseWatch
 

@@ -28,6 +28,7 @@ from kubespawner import KubeSpawner
 
 from jupyter_gpuqueue.hub import GpuQueueSpawnerMixin
 from jupyter_gpuqueue.hub.kubespawner import gpuqueue_modify_pod_hook
+from jupyter_gpuqueue.recipes import CUSTOM_SCOPES, SERVER_TOKEN_SCOPES
 
 c = get_config()  # noqa: F821
 
@@ -42,15 +43,7 @@ ADMIN_GROUP = os.environ.get("GPUQUEUE_ADMIN_GROUP", "gpuqueue-admins")
 service_url = f"http://{SERVICE_HOST}:{SERVICE_PORT}/services/gpuqueue/"
 
 # -- scopes and roles --------------------------------------------------------------------------------
-c.JupyterHub.custom_scopes = {
-    "custom:gpuqueue:submit": {
-        "description": "Submit GPU workloads to the team queues; list, cancel and read the logs of one's own.",
-    },
-    "custom:gpuqueue:admin": {
-        "description": "Change GPU quotas, cohorts, priority classes and prices; read the audit log.",
-        "subscopes": ["custom:gpuqueue:submit"],
-    },
-}
+c.JupyterHub.custom_scopes = dict(CUSTOM_SCOPES)  # jupyter_gpuqueue/recipes.py
 c.JupyterHub.load_roles.extend([
     {"name": "gpuqueue-users", "description": "Use the shared GPU queue", "groups": sorted(TEAMS),
      "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:submit"]},
@@ -103,13 +96,7 @@ c.KubeSpawner.gpuqueue_admission_timeout = 0  # wait until admitted, or until th
 c.KubeSpawner.start_timeout = 300
 # users' servers forward their panel / %%gpujob / CLI to the service as themselves
 c.KubeSpawner.environment = {"GPUQUEUE_SERVICE_URL": service_url}
-c.KubeSpawner.server_token_scopes = [
-    "users:activity!user",
-    "access:servers!server",
-    "access:services!service=gpuqueue",
-    "custom:gpuqueue:submit",
-    "custom:gpuqueue:admin",
-]
+c.KubeSpawner.server_token_scopes = list(SERVER_TOKEN_SCOPES)
 # Each profile's request: its "gpuqueue" key (or, without one, the nvidia.com/gpu or
 # nvidia.com/mig-* entry of kubespawner_override.extra_resource_limits). The hook replaces the
 # GPU / MIG limits with what the queue admitted.

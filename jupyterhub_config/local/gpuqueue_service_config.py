@@ -6,17 +6,13 @@ prefix (``/services/gpuqueue/``) and API token through the environment.
 
 import os
 
+from jupyter_gpuqueue.recipes import SERVICE_EXTENSIONS
+
 c = get_config()  # noqa: F821
 state = os.environ.get("GPUQUEUE_HUB_STATE") or os.path.abspath(os.path.join(".gpuqueue", "hub"))
 
 # The queue API only: no JupyterLab UI, terminals or language servers in the service.
-c.ServerApp.jpserver_extensions = {
-    "jupyter_gpuqueue": True,
-    "jupyterlab": False,
-    "jupyter_lsp": False,
-    "jupyter_server_terminals": False,
-    "notebook_shim": False,
-}
+c.ServerApp.jpserver_extensions = dict(SERVICE_EXTENSIONS)  # jupyter_gpuqueue/recipes.py
 c.ServerApp.default_url = "/gpuqueue/api/info"
 if hasattr(os, "geteuid") and os.geteuid() == 0:
     c.ServerApp.allow_root = True  # the queue service itself (not a user's server) runs as root

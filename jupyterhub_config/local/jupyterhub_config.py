@@ -33,6 +33,8 @@ import os
 import shutil
 import sys
 
+from jupyter_gpuqueue.recipes import CUSTOM_SCOPES, SERVER_TOKEN_SCOPES, queue_roles
+
 c = get_config()  # noqa: F821 (provided by JupyterHub when it loads this file)
 here = os.path.dirname(os.path.abspath(__file__))
 repo = os.path.dirname(os.path.dirname(here))
@@ -86,37 +88,8 @@ c.JupyterHub.load_groups = {
 }
 
 # -- the GPU queue's custom scopes and who holds them ----------------------------------------------
-c.JupyterHub.custom_scopes = {
-    "custom:gpuqueue:submit": {
-        "description": "Submit GPU workloads to the team queues; list, cancel and read the logs of one's own.",
-    },
-    "custom:gpuqueue:admin": {
-        "description": "Change GPU quotas, cohorts, priority classes and prices; read the audit log.",
-        "subscopes": ["custom:gpuqueue:submit"],
-    },
-}
-c.JupyterHub.load_roles = [
-    {
-        "name": "gpuqueue-users",
-        "description": "Use the shared GPU queue",
-        "groups": ["researchers"],
-        "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:submit"],
-    },
-    {
-        # The queue service itself: idle notebook GPU reclaim reads the servers' last activity
-        # (kernel executions and requests, reported by jupyterhub-singleuser).
-        "name": "gpuqueue-service",
-        "description": "The GPU queue service reads notebook servers' activity",
-        "services": ["gpuqueue"],
-        "scopes": ["read:users:activity", "read:servers"],
-    },
-    {
-        "name": "gpuqueue-admins",
-        "description": "Administer the shared GPU queue",
-        "users": admins + operators,
-        "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:admin"],
-    },
-]
+c.JupyterHub.custom_scopes = dict(CUSTOM_SCOPES)  # jupyter_gpuqueue/recipes.py
+c.JupyterHub.load_roles = queue_roles(user_groups=["researchers"], admin_users=admins + operators)
 
 # -- the queue: one hub-managed service ------------------------------------------------------------
 c.JupyterHub.services = [
@@ -162,13 +135,7 @@ c.Spawner.environment = {
 }
 # The server's $JUPYTERHUB_API_TOKEN gets the subset of these that its user holds: the queue's
 # scopes for members of gpuqueue-users, admin only for gpuqueue-admins.
-c.Spawner.server_token_scopes = [
-    "users:activity!user",
-    "access:servers!server",
-    "access:services!service=gpuqueue",
-    "custom:gpuqueue:submit",
-    "custom:gpuqueue:admin",
-]
+c.Spawner.server_token_scopes = list(SERVER_TOKEN_SCOPES)
 
 # -- the spawner hook (admits notebook servers through the queue), when present --------------------
 if os.path.exists(os.path.join(here, "spawner.py")):

@@ -10,18 +10,14 @@ import os
 
 import yaml
 
+from jupyter_gpuqueue.recipes import SERVICE_EXTENSIONS
+
 c = get_config()  # noqa: F821
 here = os.path.dirname(os.path.abspath(__file__))
 state = os.environ.get("GPUQUEUE_HUB_STATE", "/var/lib/jupyterhub")
 
 # The queue API only: no JupyterLab UI, terminals or language servers in the service.
-c.ServerApp.jpserver_extensions = {
-    "jupyter_gpuqueue": True,
-    "jupyterlab": False,
-    "jupyter_lsp": False,
-    "jupyter_server_terminals": False,
-    "notebook_shim": False,
-}
+c.ServerApp.jpserver_extensions = dict(SERVICE_EXTENSIONS)
 c.ServerApp.default_url = "/gpuqueue/api/info"
 c.ServerApp.allow_root = True  # the queue service itself (it starts each job as its owner, never as root)
 

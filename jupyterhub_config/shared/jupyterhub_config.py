@@ -26,6 +26,8 @@ import sys
 
 import yaml
 
+from jupyter_gpuqueue.recipes import CUSTOM_SCOPES, SERVER_TOKEN_SCOPES, queue_roles
+
 c = get_config()  # noqa: F821
 here = os.path.dirname(os.path.abspath(__file__))
 bindir = os.path.dirname(sys.executable)  # the system-wide environment JupyterHub runs from
@@ -70,23 +72,8 @@ c.Authenticator.blocked_users = {"root"}
 c.JupyterHub.load_groups = {name: {"users": list(t.get("users") or [])} for name, t in teams.items()}
 
 # -- the GPU queue's custom scopes and who holds them ----------------------------------------------
-c.JupyterHub.custom_scopes = {
-    "custom:gpuqueue:submit": {
-        "description": "Submit GPU workloads to the team queues; list, cancel and read the logs of one's own.",
-    },
-    "custom:gpuqueue:admin": {
-        "description": "Change GPU quotas, cohorts, priority classes and prices; read the audit log.",
-        "subscopes": ["custom:gpuqueue:submit"],
-    },
-}
-c.JupyterHub.load_roles = [
-    {"name": "gpuqueue-users", "description": "Use the shared GPU queue", "groups": list(teams),
-     "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:submit"]},
-    {"name": "gpuqueue-service", "description": "The GPU queue service reads notebook servers' activity",
-     "services": ["gpuqueue"], "scopes": ["read:users:activity", "read:servers"]},
-    {"name": "gpuqueue-admins", "description": "Administer the shared GPU queue", "users": sorted(admins),
-     "scopes": ["access:services!service=gpuqueue", "custom:gpuqueue:admin"]},
-]
+c.JupyterHub.custom_scopes = dict(CUSTOM_SCOPES)  # jupyter_gpuqueue/recipes.py
+c.JupyterHub.load_roles = queue_roles(user_groups=teams, admin_users=admins)
 
 # -- the queue: one hub-managed service, as root (it runs each job as its owner) ------------------
 c.JupyterHub.services = [
@@ -111,13 +98,7 @@ c.JupyterHub.spawner_class = "jupyter_gpuqueue.hub.local_accounts.QueuedOwnAccou
 c.Spawner.cmd = [os.path.join(bindir, "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.environment = {"GPUQUEUE_SERVICE_URL": f"http://127.0.0.1:{service_port}/services/gpuqueue/"}
-c.Spawner.server_token_scopes = [
-    "users:activity!user",
-    "access:servers!server",
-    "access:services!service=gpuqueue",
-    "custom:gpuqueue:submit",
-    "custom:gpuqueue:admin",
-]
+c.Spawner.server_token_scopes = list(SERVER_TOKEN_SCOPES)
 # GPU notebook servers: a profile's "gpuqueue" request is queued as a NotebookLease of the user's team
 # at priority class "development"; "CPU only" starts at once. Edit to match the machine's GPUs.
 from jupyter_gpuqueue.hub import profiles_form  # noqa: E402
