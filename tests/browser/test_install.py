@@ -121,8 +121,10 @@ def built(source_tree) -> dict:
         pytest.skip("building the JupyterLab extension needs Node.js on the PATH")
     build, _, _ = readme_blocks()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    started = time.monotonic()
     for command in build:
         run(command, source_tree, env, timeout=900)
+    seconds = time.monotonic() - started
     dist = source_tree / "dist"
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
@@ -150,7 +152,7 @@ def built(source_tree) -> dict:
         assert top + name in members, name
     assert not any(m.startswith(top + "labextension/node_modules") for m in members)
     assert re.search(rf"^## {re.escape(version)}\b", (REPO / "CHANGELOG.md").read_text(), re.M)
-    return {"dir": source_tree, "version": version, "wheel": wheels[0], "sdist": sdists[0]}
+    return {"dir": source_tree, "version": version, "wheel": wheels[0], "sdist": sdists[0], "seconds": seconds}
 
 
 # --- install: two fresh virtualenvs, in parallel ----------------------------------------------
@@ -290,11 +292,14 @@ def test_install_as_the_readme_says(case, built, installs, tmp_path):
     assert installed_version(env, "jupyter_gpuqueue") == built["version"]
 
     _, _, checks = readme_blocks()
+    started = time.monotonic()
     for command, expected in checks:
         out = run(command, inst["home"], env, timeout=300)
         assert expected and expected in out, f"`{command}` does not say {expected!r}:\n{out}"
 
+    checked = time.monotonic()
     proc, url = start_lab(inst, tmp_path / "lab.log")
+    answered = time.monotonic()
     try:
         artifacts = REPO / "test-artifacts" / "install"
         artifacts.mkdir(parents=True, exist_ok=True)
@@ -304,4 +309,8 @@ def test_install_as_the_readme_says(case, built, installs, tmp_path):
         assert {"team-a/team-a-queue", "team-b/team-b-queue"} <= set(queues), queues
     finally:
         stop_lab(proc)
-    print(f"{case}: JupyterLab {lab}, jupyter_server {server}, `{inst['line']}` in {inst['seconds']:.0f} s")
+    print(
+        f"{case}: JupyterLab {lab}, jupyter_server {server}; build {built['seconds']:.0f} s, "
+        f"`{inst['line']}` {inst['seconds']:.0f} s, checks {checked - started:.0f} s, "
+        f"server start {answered - checked:.0f} s, panel {time.monotonic() - answered:.0f} s"
+    )
