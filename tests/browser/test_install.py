@@ -95,7 +95,7 @@ def run(command: str, cwd: Path, env: dict, timeout: float = 600) -> str:
 
 
 @pytest.fixture(scope="module")
-def source_tree(tmp_path_factory) -> Path:
+def source_tree(tmp_path_factory):
     """A copy of the files a clone of the repository has (tracked, or new and not ignored)."""
     if not shutil.which("git") or not (REPO / ".git").exists():
         pytest.skip("needs the repository's git checkout (git ls-files)")
@@ -110,7 +110,8 @@ def source_tree(tmp_path_factory) -> Path:
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, tree / name)
     assert not (tree / "jupyter_gpuqueue" / "labextension").exists()  # no build output copied
-    return tree
+    yield tree
+    shutil.rmtree(tree.parent, ignore_errors=True)  # node_modules and the build: hundreds of MB
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +198,7 @@ def installs(built, tmp_path_factory):
     futures = {case: pool.submit(install, case, built, root) for case in ("oldest", "newest")}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
+    shutil.rmtree(root, ignore_errors=True)  # two virtualenvs with JupyterLab: about 1 GB
 
 
 def installed_version(env: dict, package: str) -> str:
