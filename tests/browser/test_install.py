@@ -17,7 +17,8 @@ Two installs, in parallel (pip's cache is the only thing they share with the mac
   (no Node.js: the sdist carries the production build of the extension) and brings the newest
   JupyterLab and jupyter_server there are, checked against ``pip index versions``.
 
-The wheel is checked for build leftovers (source maps, ``package.json.orig``, ``build_log.json``) and
+The ``newest`` one is then removed with the README's uninstall line: neither extension is listed
+any more. The wheel is checked for build leftovers (source maps, ``package.json.orig``, ``build_log.json``) and
 for its licence files; the version in the metadata must be ``labextension/package.json``'s and
 CHANGELOG.md must have it.
 """
@@ -311,6 +312,14 @@ def test_install_as_the_readme_says(case, built, installs, tmp_path):
         assert {"team-a/team-a-queue", "team-b/team-b-queue"} <= set(queues), queues
     finally:
         stop_lab(proc)
+
+    if case == "newest":  # the README's uninstall line (pip asks "Proceed (Y/n)?": yes)
+        (uninstall,) = re.findall(r"\*\*Uninstall\*\*: `([^`]+)`", README.read_text(encoding="utf-8"))
+        subprocess.run(["/bin/bash", "-c", uninstall], input="y\n", env=env, cwd=inst["home"], text=True,
+                       check=True, timeout=300, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        listed = run("jupyter labextension list; jupyter server extension list", inst["home"], env)
+        assert "jupyter-gpuqueue" not in listed and "jupyter_gpuqueue" not in listed, listed
+        assert not (inst["venv"] / "etc" / "jupyter" / "jupyter_server_config.d" / "jupyter_gpuqueue.json").exists()
     print(
         f"{case}: JupyterLab {lab}, jupyter_server {server}; build {built['seconds']:.0f} s, "
         f"`{inst['line']}` {inst['seconds']:.0f} s, checks {checked - started:.0f} s, "
