@@ -22,7 +22,7 @@ scripts/setup-venv.sh test
 # axe-core (a devDependency of labextension/) for the browser tests' accessibility checks: the
 # editable install runs `jlpm install` only when it rebuilds the extension
 if [ ! -f labextension/node_modules/axe-core/axe.min.js ]; then
-  .venv/bin/jlpm --cwd labextension install
+  (cd labextension && ../.venv/bin/jlpm install)
 fi
 # configurable-http-proxy (npm) for the JupyterHub end-to-end tests (tests/hub/), kept in .ci-node/
 if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
