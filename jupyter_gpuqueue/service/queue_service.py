@@ -189,6 +189,7 @@ class QueueService:
         if self.live.started:
             return
         self.recovery.restore()
+        self.warn_unpriced()
         try:
             self.estimates.seed_history()
         except Exception:  # pragma: no cover - estimates fall back to declared run times
@@ -209,6 +210,17 @@ class QueueService:
 
             self._reconcile_task = start_reconcile(self, os.environ["JUPYTERHUB_API_URL"],
                                                    os.environ["JUPYTERHUB_API_TOKEN"])
+
+    def warn_unpriced(self) -> list[str]:
+        """Name to the admin (a warning in the server's log) the ResourceFlavors no price lists,
+        which are billed at the default price (``Prices.unpriced``); returns them. Admin → Prices
+        shows the same (``source: "default"``)."""
+        unpriced = self.prices.unpriced(self.config.resource_flavors)
+        if unpriced:
+            self.log.warning(
+                "gpuqueue: no price for ResourceFlavor %s: billed at the default %.2f USD per GPU-hour "
+                "(set c.GpuQueueApp.prices or Admin → Prices)", ", ".join(unpriced), self.prices.default)
+        return unpriced
 
     async def stop(self) -> None:
         """Stop the loop. Running jobs keep running; the next start adopts them."""
