@@ -249,6 +249,7 @@ class QueueService:
             self.backend.set_wakeup(None)
         if hasattr(self.backend, "close"):
             self.backend.close()  # cluster backends: end their watch threads
+        self.costs.close_sampler()  # NVML: shut down (initialised once, at the first sample)
         self.ledger.close()
 
     async def _loop(self) -> None:
