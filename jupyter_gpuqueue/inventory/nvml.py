@@ -1,10 +1,11 @@
 """GPU discovery through NVML (``nvidia-ml-py``, imported as ``pynvml``).
 
-One node, named ``socket.gethostname()``, with every GPU NVML reports: index, UUID, product name,
+One node, named ``socket.gethostname()`` (on a host with several GPU models, one node per model,
+named ``<host>-<family flavor>``, all labelled with the host's name), with every GPU NVML reports: index, UUID, product name,
 memory, and, for a GPU in MIG mode, its MIG devices (UUID; profile ``<slices>g.<memory>gb`` named
 the way NVIDIA's k8s-device-plugin / GPU Feature Discovery name them: ``gpuInstanceSliceCount`` and
 the MIG device's share of the GPU's memory rounded up to eighths, times the GPU's memory in whole
-GB). Node labels follow GPU Feature Discovery: ``nvidia.com/gpu.product`` (the first GPU's name,
+GB). Node labels follow GPU Feature Discovery: ``nvidia.com/gpu.product`` (the GPUs' name,
 spaces replaced by '-'), ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` (MiB),
 ``nvidia.com/mig.strategy`` ("mixed" if any GPU is in MIG mode, else "none"), and
 ``kubernetes.io/hostname``.
@@ -28,6 +29,7 @@ import time
 from typing import Any, NamedTuple, Optional
 
 from ..engine.model import GpuDevice, Inventory, MigDevice, Node
+from ..gpu_families import flavor_for_product
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +126,24 @@ def _discover(nvml: Any) -> Optional[Inventory]:
     if not gpus:
         return None
     host = socket.gethostname()
-    labels = {
-        "kubernetes.io/hostname": host,
-        "nvidia.com/gpu.product": gpus[0].product.replace(" ", "-"),
-        "nvidia.com/gpu.count": str(len(gpus)),
-        "nvidia.com/gpu.memory": str(gpus[0].memory_mib),
-        "nvidia.com/mig.strategy": "mixed" if any(g.mig is not None for g in gpus) else "none",
-    }
-    return Inventory(nodes=[Node(name=host, labels=labels, gpus=gpus)], source="nvml")
+    by_product: dict[str, list[GpuDevice]] = {}
+    for g in gpus:
+        by_product.setdefault(g.product, []).append(g)
+    nodes = []
+    for product, group in by_product.items():
+        labels = {
+            "kubernetes.io/hostname": host,
+            "nvidia.com/gpu.product": product.replace(" ", "-"),
+            "nvidia.com/gpu.count": str(len(group)),
+            "nvidia.com/gpu.memory": str(group[0].memory_mib),
+            "nvidia.com/mig.strategy": "mixed" if any(g.mig is not None for g in group) else "none",
+        }
+        # A host with several models: one node per model, so that each model's GPUs are a
+        # ResourceFlavor of their own (flavors select nodes by nvidia.com/gpu.product) and
+        # billed as what they are.
+        name = host if len(by_product) == 1 else f"{host}-{flavor_for_product(product, group[0].memory_mib)}"
+        nodes.append(Node(name=name, labels=labels, gpus=group))
+    return Inventory(nodes=nodes, source="nvml")
 
 
 def discover(nvml: Any = None) -> Optional[Inventory]:
