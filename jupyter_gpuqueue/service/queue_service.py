@@ -195,6 +195,7 @@ class QueueService:
         except Exception:  # pragma: no cover - estimates fall back to declared run times
             self.log.warning("gpuqueue: could not read past run times for the estimates", exc_info=True)
         self.estimates.enabled = self.estimates.wanted
+        self.estimates.prestart()  # the estimates' worker process, preloaded off the loop
         from ..ledger.group_commit import GroupCommitter
 
         self.live.committer = GroupCommitter(self.ledger)
