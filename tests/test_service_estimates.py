@@ -355,3 +355,43 @@ def test_a_refresh_in_the_worker_process_estimates_every_pending_workload(make, 
             assert w["kind"] in ("running", "pending") and isinstance(w["expectedEndAt"], float), w
     assert not computed_here  # the forward runs ran in the worker process only
     assert est.refreshes >= 1 and est._worker is None  # stopped with the service
+
+
+def test_a_worker_process_that_dies_is_replaced_and_stops_with_the_service(make):
+    """The estimates' worker process killed (SIGKILL, as the OOM killer would): the refresh under
+    way fails, the next one starts a new worker, estimates go on; the service's stop ends it."""
+    import signal
+
+    svc = make(restore=False)
+    pids: list[int] = []
+
+    async def estimated(name: str) -> dict:
+        for _ in range(400):
+            view = svc.get_workload("one", name)
+            if view["estimatedStartAt"] is not None:
+                return view
+            await asyncio.sleep(0.05)
+        raise AssertionError(view)
+
+    async def scenario():
+        try:
+            await start_with_a_running(svc)
+            submit(svc, "b", gpus=2)
+            await estimated("b")
+            pids.append(svc.estimates._worker.pid)
+            os.kill(pids[0], signal.SIGKILL)
+            for _ in range(200):  # reaped by the estimates' thread at the next refresh
+                svc.estimates.changed()
+                if svc.estimates._worker.pid not in (None, pids[0]):
+                    break
+                await asyncio.sleep(0.05)
+            submit(svc, "c", gpus=2)
+            await estimated("c")
+            pids.append(svc.estimates._worker.pid)
+            assert _worker_process(pids[1])[0][1:3] == ["-m", "jupyter_gpuqueue.service.estimate_worker_main"]
+        finally:
+            await svc.stop()
+
+    asyncio.run(scenario())
+    assert pids[1] != pids[0] and svc.estimates.use_process
+    assert not os.path.exists(f"/proc/{pids[0]}") and not os.path.exists(f"/proc/{pids[1]}")

@@ -207,6 +207,7 @@ class Estimates:
         self.last_cpu = 0.0  # CPU s of the last refresh's worker (the worker process or the thread)
         self._prepare_seconds = 0.0  # s of the last refresh's start on the event loop (the snapshot)
         self._worker: Optional[WorkerProcess] = None  # the worker process, started at the first refresh
+        self._worker_failures = 0  # refreshes the worker process failed in a row (3: a thread instead)
         self.apply_seconds = 0.0  # s of the loop, in slices, the last result took to apply
         self._loop_seconds = 0.0  # s of the loop the last refresh took in all
 
@@ -321,9 +322,15 @@ class Estimates:
                 try:
                     data = f.result()
                 except Exception as e:  # the worker failed or ended: the next refresh starts another
+                    self._worker_failures += 1
                     self.log.error("gpuqueue: start-time estimates failed: %s", e)
+                    if self._worker_failures >= 3:  # e.g. sys.executable cannot run the worker
+                        self.log.warning("gpuqueue: the estimates' worker process failed 3 times in a row; "
+                                         "computing the estimates on a thread from now on")
+                        self.use_process = False
                     self._done(loop)
                     return
+                self._worker_failures = 0
                 if not self.enabled or loop.is_closed():
                     self._running = False
                     return
