@@ -78,7 +78,7 @@ from ..engine.calibration import WaitCalibration
 from ..engine.estimate import Estimate, WaitingFor, estimate_starts
 from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
-from ..engine.snapshot import copy_workload, snapshot
+from ..engine.snapshot import copy_workload, freeze_pending, snapshot, thaw_pending
 from ..engine.wait_rate import RATE_BLEND, blend_waits, rate_wait
 from ..ledger.reports import month_of, parse_month
 from .estimate_worker import WorkerProcess
@@ -298,7 +298,7 @@ class Estimates:
         in_process = self._in_process()
         try:
             t0 = time.perf_counter()
-            job = self._job(self._plan())  # the copy of the Scheduler, between two callbacks
+            job = self._job(self._plan(), share_pending=in_process)  # the copy, between two callbacks
             if in_process:
                 request = self._request(job)
             self._prepare_seconds = time.perf_counter() - t0
@@ -447,11 +447,14 @@ class Estimates:
             self._dirty = True
         return {"version": self._version, "now": now, "variants": variants}
 
-    def _job(self, plan: dict) -> dict:
+    def _job(self, plan: dict, share_pending: bool = False) -> dict:
         """The snapshot and the inputs that live outside the engine (on the loop, between two
-        callbacks; or on the calling thread for :meth:`refresh_now`)."""
+        callbacks; or on the calling thread for :meth:`refresh_now`). ``share_pending`` (for the
+        worker process): the pending workloads are not copied but frozen (their fields read
+        into tuples, ``engine/snapshot.freeze_pending``), which costs the loop a fraction of the
+        copies; the worker thaws them (``job["frozen"]``)."""
         now = plan["now"]
-        snap = snapshot(self.conf.scheduler)
+        snap = snapshot(self.conf.scheduler, copy_pending=not share_pending)
         records, live = self.live.records, self.live
         holds: dict[str, Optional[float]] = {}
         hold_uids = self.costs.budget_holds
@@ -477,8 +480,10 @@ class Estimates:
         variants = None  # None: keep the faster options found before
         if plan["variants"]:
             variants = self._variants(snap, [k for k in snap.workloads if k not in snap.admitted])
+        frozen = freeze_pending(snap) if share_pending else None  # last: the variants read the workloads
         return {"version": plan["version"], "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
-                "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()}}
+                "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()},
+                "frozen": frozen}
 
     def _record_admissions(self, sched, now: float) -> None:
         """Admissions since the last refresh, per ClusterQueue (for the rate of the blend)."""
@@ -545,6 +550,8 @@ class Estimates:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         self._drain_observations()
         snap, now = job["snap"], job["now"]
+        if job.get("frozen"):
+            thaw_pending(snap, job["frozen"])
         pending = len(snap.workloads) - len(snap.admitted)
         exact = None if pending <= self.simulate_all_below else self.exact_per_queue
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
