@@ -316,7 +316,9 @@ class Estimates:
             sent = loop.run_in_executor(self._executor, self._worker.compute, request)
 
             def answered(f) -> None:
-                if f.cancelled():  # the service stopped
+                if f.cancelled() or not self.enabled or loop.is_closed():  # the service stopped
+                    if not f.cancelled():
+                        f.exception()  # retrieved: the worker's end at the stop is expected
                     self._running = False
                     return
                 try:
@@ -331,9 +333,6 @@ class Estimates:
                     self._done(loop)
                     return
                 self._worker_failures = 0
-                if not self.enabled or loop.is_closed():
-                    self._running = False
-                    return
                 self._apply_sliced(loop, self._decode_steps(data))
 
             sent.add_done_callback(answered)
