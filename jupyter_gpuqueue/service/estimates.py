@@ -177,11 +177,12 @@ class Estimates:
         self.enabled = True  # refreshes run (False once the service stops)
         self.wanted = True  # GpuQueueApp.estimate_start_times: False, no estimates at all
         self.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())  # the worker's only
-        self._observations: deque = deque()  # (Workload, seconds) to feed the model, on the worker
+        # (Workload, seconds) to feed the model, on the worker; bounded: with estimates off nothing drains it
+        self._observations: deque = deque(maxlen=self.history_seed_limit)
         # The range: the estimator's own past errors (engine/calibration.py), the worker's only;
         # fed (ClusterQueue, estimated wait, actual wait, at) as workloads estimated before start.
         self.calibration = WaitCalibration()
-        self._cal_observations: deque = deque()
+        self._cal_observations: deque = deque(maxlen=10_000)
         self._first: dict[str, tuple[float, float, str]] = {}  # key -> (at, estimated wait, ClusterQueue)
         # Admission times per ClusterQueue (ascending, the last 24 h): the rate the point is blended with.
         self._admissions: dict[str, list[float]] = {}
