@@ -395,3 +395,17 @@ def test_a_worker_process_that_dies_is_replaced_and_stops_with_the_service(make)
     asyncio.run(scenario())
     assert pids[1] != pids[0] and svc.estimates.use_process
     assert not os.path.exists(f"/proc/{pids[0]}") and not os.path.exists(f"/proc/{pids[1]}")
+
+
+@pytest.mark.parametrize("call", ["fork", "forkpty"])
+def test_forking_a_threaded_process_is_an_error_in_the_test_run(call):
+    """Python 3.12's warning (posixmodule.c, warn_about_fork_with_threads), made an error by
+    pyproject.toml's filterwarnings so that no fork of the threaded server comes back; other
+    DeprecationWarnings stay warnings."""
+    import warnings
+
+    with pytest.raises(DeprecationWarning):
+        warnings.warn(f"This process (pid={os.getpid()}) is multi-threaded, use of {call}() may lead to "
+                      "deadlocks in the child.", DeprecationWarning)
+    with pytest.warns(DeprecationWarning):
+        warnings.warn("something else is deprecated", DeprecationWarning)
