@@ -80,7 +80,6 @@ from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
 from ..engine.snapshot import copy_workload, freeze_pending, snapshot, thaw_pending
 from ..engine.wait_rate import RATE_BLEND, blend_waits, rate_wait
-from ..ledger.reports import month_of, parse_month
 from .estimate_worker import WorkerProcess
 from .live import engine_workload
 from .states import PENDING
@@ -113,6 +112,8 @@ def history_keys(wl: Workload) -> tuple:
 def next_month_start(now: float) -> float:
     """The first second (epoch s) of the UTC month after ``now``: when monthly budgets reset
     (the month boundaries of ledger/reports.py, which the budgets use)."""
+    from ..ledger.reports import month_of, parse_month  # not in the worker process (it imports no ledger)
+
     return parse_month(month_of(now))[1]
 
 
