@@ -24,21 +24,9 @@ from jupyter_gpuqueue.inventory.nvml import discover
 MIB = 1024 * 1024
 
 
-def _no_gpu_reason() -> str:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        return f"no NVIDIA GPU here: nvmlInit failed ({e})"
-    try:
-        n = pynvml.nvmlDeviceGetCount()
-    finally:
-        pynvml.nvmlShutdown()
-    return "" if n else "no NVIDIA GPU here: NVML finds none"
-
-
 @pytest.mark.gpu
 def test_the_device_check_on_a_real_gpu():
-    reason = _no_gpu_reason()
+    reason = gpu_check.no_gpu_reason()
     if reason:
         pytest.skip(reason)
     report = gpu_check.run_check()
@@ -136,6 +124,17 @@ def test_the_check_fails_where_nvidia_smi_disagrees(tmp_path, monkeypatch):
     assert f"a0: pid" in failed and f"on {UUIDS[1]} (nvidia-smi); assigned GPU 0 = {UUIDS[0]}" in failed
     assert "utilization samples" in failed and "memory samples" in failed
     assert "a1: pid" not in failed and "cost" not in failed and "waiting job started" not in failed
+
+
+def test_without_a_gpu_the_script_says_why_and_does_not_run(capsys):
+    import os
+
+    reason = gpu_check.no_gpu_reason()
+    if not reason:
+        pytest.skip("a GPU is here: the gpu test runs the check")
+    assert gpu_check.main([]) == 2
+    assert capsys.readouterr().out.strip() == f"not run: {reason}"
+    assert "is not on the PATH" in gpu_check.no_gpu_reason(smi=os.devnull + "/nvidia-smi")
 
 
 def test_parsing_nvidia_smi():

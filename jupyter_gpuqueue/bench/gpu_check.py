@@ -312,10 +312,33 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.1f}" if values else "-"
 
 
+def no_gpu_reason(smi: str = "nvidia-smi", nvml: Any = None) -> str:
+    """Why the check cannot run here ("" when it can): no nvidia-smi, no NVML (no driver), no GPU."""
+    import shutil
+
+    if shutil.which(smi) is None:
+        return f"no NVIDIA GPU here: {smi} is not on the PATH"
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError as e:
+            return f"no NVML binding (nvidia-ml-py): {e}"
+    try:
+        nvml.nvmlInit()
+    except Exception as e:  # NVMLError: LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED, ...
+        return f"no NVIDIA GPU here: nvmlInit failed ({e})"
+    try:
+        n = int(nvml.nvmlDeviceGetCount())
+    finally:
+        nvml.nvmlShutdown()
+    return "" if n else "no NVIDIA GPU here: NVML finds none"
+
+
 def run_check(*, smi: str = "nvidia-smi", nvml: Any = None, job_seconds: float = 20.0, util_points: float = 5.0,
               memory_mib: float = 64.0, start_gap: float = 2.0, job_mib: int = 1024,
               python: Optional[str] = None, data_dir: Optional[str] = None, job_code: str = JOB_CODE) -> Report:
-    """Run the check (module docstring) and return its :class:`Report` (printed as it goes).
+    """Run the check (module docstring) and return its :class:`Report` (printed as it goes);
+    :func:`no_gpu_reason` first says whether it can run here.
     ``job_code``: the jobs' Python code (``JOB_CODE``; argv: seconds, MiB; its first line of
     output a JSON object with its ``pid`` and ``CUDA_VISIBLE_DEVICES``)."""
     report = Report()
@@ -335,6 +358,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--job-seconds", type=float, default=20.0, help="run time of the first job (20)")
     ap.add_argument("--report", help="also write the report to this file")
     args = ap.parse_args(argv)
+    reason = no_gpu_reason()
+    if reason:
+        print(f"not run: {reason}", flush=True)
+        return 2
     report = run_check(job_seconds=args.job_seconds)
     if args.report:
         with open(args.report, "w") as f:
