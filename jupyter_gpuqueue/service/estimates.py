@@ -19,8 +19,9 @@ run times), computed here:
   in the child) and preloaded with the estimator, at a low CPU priority (``child_nice``, 10: on a
   busy machine the server's threads win the cores, and the worker still gets about a tenth of a
   core beside a busy process, where nice 19 got a seventieth: BENCHMARKS.md). The loop takes the
-  copy of the Scheduler (:func:`..engine.snapshot.snapshot`) between two callbacks; the estimates'
-  thread pickles it, sends it and waits for the answer (plain tuples), so the forward run shares
+  copy of the Scheduler (:func:`..engine.snapshot.snapshot`) between two callbacks, its pending
+  workloads frozen into tuples rather than copied (``freeze_pending``); the estimates' thread
+  pickles it, sends it and waits for the answer (plain tuples), so the forward run shares
   no GIL with the loop. The loop decodes and publishes the answer in slices of at most
   ``slice_seconds`` (1 ms), each a callback of its own, so requests are served in between (as
   scheduling cycles are). The worker owns the run-time model and the calibration: each request
