@@ -594,13 +594,7 @@ def prices_view(config: model.ClusterConfig, prices: Prices) -> dict:
     out = prices.to_json()
     effective = []
     for flavor in sorted(config.resource_flavors):
-        if flavor in prices.per_flavor:
-            source = "listed"
-        elif flavor.endswith("-mig") and flavor[: -len("-mig")] in prices.per_flavor:
-            source = "base flavor"
-        else:
-            source = "default"
-        effective.append({"flavor": flavor, "usdPerGpuHour": prices.price(flavor), "source": source})
+        effective.append({"flavor": flavor, "usdPerGpuHour": prices.price(flavor), "source": prices.source(flavor)})
     out["effective"] = effective
     return out
 

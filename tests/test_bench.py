@@ -287,6 +287,9 @@ def test_generated_name_clash_with_a_finished_workload_is_drawn_again(tmp_path, 
     asyncio.run(scenario())
 
 
+# This test forks the test process on purpose (what a forked server does); pyproject.toml makes
+# Python 3.12's warning about forking a multi-threaded process an error everywhere else.
+@pytest.mark.filterwarnings("ignore:This process:DeprecationWarning")
 def test_forked_processes_draw_different_uids():
     """Workload uids come from a PRNG seeded from the OS (os.urandom is slow on the benchmark VM);
     a server forked from a process that imported the service must not repeat its parent's uids."""

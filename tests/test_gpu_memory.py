@@ -233,3 +233,88 @@ async def test_the_rest_timeline_has_the_memory_samples_as_documented(jp_fetch, 
         assert [s["percent"] for s in t["utilization"]][:1] == [77.0]
     finally:
         await call(jp_fetch, "workloads", "team-b", "mem", method="DELETE")
+
+
+class NvmlV2(Nvml):
+    """A driver with ``nvmlDeviceGetMemoryInfo_v2`` (R510 on): version 2 leaves the 480 MiB the
+    driver reserves out of ``used`` (as nvidia-smi shows it; version 1 counts them as used: what
+    the issue measured on an idle H100). A MIG device's handle answers version 1 only here."""
+
+    RESERVED_MIB = 480
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        if version is None:
+            m = super().nvmlDeviceGetMemoryInfo(h)
+            m.used += self.RESERVED_MIB * MIB
+            m.free -= self.RESERVED_MIB * MIB
+            return m
+        assert version == pynvml.nvmlMemory_v2
+        if h[0] == "mig":
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        v1 = super().nvmlDeviceGetMemoryInfo(h)
+        m = pynvml.c_nvmlMemory_v2_t()
+        m.version, m.total, m.reserved = version, v1.total, self.RESERVED_MIB * MIB
+        m.used, m.free = v1.used, v1.total - v1.used - self.RESERVED_MIB * MIB
+        return m
+
+
+def test_memory_is_read_as_nvidia_smi_shows_it_version_2_then_version_1():
+    got = gpu_samples([GPU0, MIG], NvmlV2())
+    # v2: without the driver's reserved memory (what nvidia-smi shows)
+    assert got[GPU0] == DeviceSample(91.0, 30000.5, 81920.0)
+    assert got[MIG] == DeviceSample(None, 2000.5 + 480, 9856.0)  # v2 not supported there: v1
+
+    class OldDriver(NvmlV2):  # before R510: no nvmlDeviceGetMemoryInfo_v2 in the library
+        def nvmlDeviceGetMemoryInfo(self, h, version=None):
+            if version is not None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return super().nvmlDeviceGetMemoryInfo(h)
+
+    assert gpu_samples([GPU0], OldDriver())[GPU0] == DeviceSample(91.0, 30000.5 + 480, 81920.0)
+    # The binding the service imports passes the version through (nvidia-ml-py's signature).
+    import inspect
+
+    assert "version" in inspect.signature(pynvml.nvmlDeviceGetMemoryInfo).parameters
+    assert pynvml.nvmlMemory_v2 == 40 | 2 << 24
+
+
+def test_nvml_is_initialised_once_and_shut_down_when_the_service_stops(tmp_path):
+    """The service's sampler initialises NVML at its first pass, not at each one (each nvmlInit
+    held the event loop ~17 ms), and shuts it down when the service stops."""
+    import asyncio
+
+    from servicetools import service_factory, stop_jobs
+
+    from jupyter_gpuqueue.inventory.nvml import NvmlSampler
+
+    svc = service_factory(tmp_path, CLUSTER, INVENTORY, default_local_queue="lab/q", lease_priority_class=None,
+                          stop_grace_seconds=0.5)(restore=False)
+    svc.inventory.source = "nvml"  # as discovered: the sampler is NVML's
+    nvml = NvmlV2()
+    svc.configure_costs(utilization_interval=0.1)
+    assert isinstance(svc.costs.utilization_sampler, NvmlSampler)
+    svc.costs.utilization_sampler = sampler = NvmlSampler(nvml)
+    svc.restore()
+    try:
+        svc.submit({"name": "train", "command": [sys.executable, "-c", "import time; time.sleep(60)"], "gpus": 1},
+                   user="alice")
+        tick_until(svc, lambda: len({s["at"] for s in svc.timeline("lab", "train")["memory"]}) >= 4)
+        assert (nvml.inits, nvml.shutdowns) == (1, 0) == (sampler.inits, sampler.shutdowns)
+        assert {s["memoryUsedMiB"] for s in svc.timeline("lab", "train")["memory"]} == {30000.5}  # v2, one init
+    finally:
+        stop_jobs([svc], grace=0.0)
+        asyncio.run(svc.stop())
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+    # Without a driver: nothing sampled, and nvmlInit is not tried at every pass.
+    from jupyter_gpuqueue.inventory.nvml import NvmlSampler as S
+
+    class NoDriver(Nvml):
+        def nvmlInit(self):
+            self.inits += 1
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    nd = NoDriver()
+    s = S(nd)
+    assert [s([GPU0]) for _ in range(5)] == [{}] * 5 and nd.inits == 1
+    s.close()
+    assert nd.shutdowns == 0

@@ -204,21 +204,31 @@ def test_next_month_start():
     assert next_month_start(1767225599.0) == 1767225600.0  # December rolls over to January
 
 
-@pytest.mark.parametrize("use_fork", [True, False], ids=["forked-process", "thread"])
-def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_path, use_fork):
-    """The forward run happens off the event loop: in a forked copy of the process (the default:
-    no GIL shared with the loop) or on a worker thread; the panel hears of the estimate."""
+def _worker_process(pid: int) -> tuple[list[str], int]:
+    """The command line and niceness of process ``pid``, read from /proc (the truth, not the
+    service's view)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")[:-1]
+    return argv, os.getpriority(os.PRIO_PROCESS, pid)
+
+
+@pytest.mark.parametrize("use_process", [True, False], ids=["worker-process", "thread"])
+def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_path, use_process):
+    """The forward run happens off the event loop: in the estimates' worker process (the default:
+    a fresh interpreter, spawned, never a fork of the threaded server; no GIL shared with the
+    loop) or on a worker thread; the panel hears of the estimate."""
     svc = make(restore=False)
-    svc.estimates.use_fork = use_fork
+    svc.estimates.use_process = use_process
     where = tmp_path / "where"
     real = svc.estimates._compute
 
-    def compute(job):
+    def compute(job):  # in this process (the thread); the worker process has its own
         with open(where, "a") as f:
             f.write(f"{os.getpid()} {threading.current_thread().name}\n")
         return real(job)
 
     svc.estimates._compute = compute
+    worker: dict = {}
 
     async def scenario():
         try:
@@ -226,7 +236,7 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_pa
             events: list[dict] = []
             svc.subscribe(events.append)
             submit(svc, "b", gpus=2)
-            for _ in range(200):
+            for _ in range(400):
                 view = svc.get_workload("one", "b")
                 if view["estimatedStartAt"] is not None:
                     break
@@ -235,15 +245,24 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_pa
             # The panel hears of it: a workload event carrying the estimate.
             assert any(e.get("type") == "workload" and e["workload"]["name"] == "b"
                        and e["workload"]["estimatedStartAt"] is not None for e in events)
+            if use_process:
+                worker["pid"] = svc.estimates._worker.pid
+                worker["proc"] = _worker_process(worker["pid"])
         finally:
             await svc.stop()
 
     asyncio.run(scenario())
-    seen = [line.split(" ", 1) for line in where.read_text().splitlines()]
-    assert seen
-    if use_fork:
-        assert all(int(pid) != os.getpid() for pid, _ in seen)  # another process
+    if use_process:
+        assert not where.exists()  # nothing computed in this process
+        argv, nice = worker["proc"]
+        assert worker["pid"] != os.getpid()
+        # A fresh interpreter running the worker's module (exec'd, not a fork of this process)
+        assert argv[1:] == ["-m", "jupyter_gpuqueue.service.estimate_worker_main", "10"], argv
+        assert nice > os.getpriority(os.PRIO_PROCESS, 0)
+        assert not os.path.exists(f"/proc/{worker['pid']}")  # ended and reaped at the service's stop
     else:
+        seen = [line.split(" ", 1) for line in where.read_text().splitlines()]
+        assert seen
         assert all(int(pid) == os.getpid() and name.startswith("gpuqueue-estimates") for pid, name in seen)
 
 
@@ -252,7 +271,7 @@ def test_a_workload_queued_just_after_a_round_of_faster_options_gets_its_own_wit
     round gets its round at the next refresh 2 s on, not at the periodic refresh (30 s) only."""
     svc = make(restore=False)
     svc.estimates.refresh_interval = 30.0
-    svc.estimates.use_fork = False  # the refresh's schedule is under test, not where it runs
+    svc.estimates.use_process = False  # the refresh's schedule is under test, not where it runs
 
     async def scenario():
         try:
@@ -293,33 +312,17 @@ def test_the_range_learns_from_the_estimators_own_errors(make):
     assert svc.estimates.calibration.samples() == 1
 
 
-def test_a_forked_refresh_snapshots_in_the_child_at_low_priority_and_estimates_every_pending_workload(
-        make, tmp_path, monkeypatch):
-    """The forked refresh leaves the event loop only the fork: the copy of the Scheduler is taken
-    in the forked process (from its copy-on-write image of the server), which computes at a lower
-    CPU priority than the server; its result comes back in several chunks and every pending
-    workload gets its estimate, range and waitingFor (naming real workloads of the queue)."""
-    from jupyter_gpuqueue.service import estimates as module
-
+def test_a_refresh_in_the_worker_process_estimates_every_pending_workload(make, tmp_path):
+    """The worker process computes at a lower CPU priority than the server and learns run times
+    from the requests; its result comes back in several chunks and every pending workload gets its
+    estimate, range and waitingFor (naming real workloads of the queue)."""
     svc = make(restore=False)
     est = svc.estimates
-    assert est.use_fork
+    assert est.use_process
     est.rows_per_chunk = 2  # six pending workloads: the result comes back in three chunks
-    where = tmp_path / "where"
-    real_snapshot, real_compute = module.snapshot, est._compute
-
-    def snapshot(sched, **kw):
-        with open(where, "a") as f:
-            f.write(f"snapshot {os.getpid()}\n")
-        return real_snapshot(sched, **kw)
-
-    def compute(job):
-        with open(where, "a") as f:
-            f.write(f"compute {os.getpid()} {os.getpriority(os.PRIO_PROCESS, 0)}\n")
-        return real_compute(job)
-
-    monkeypatch.setattr(module, "snapshot", snapshot)
-    est._compute = compute
+    computed_here = []
+    real_compute = est._compute
+    est._compute = lambda job: computed_here.append(job) or real_compute(job)
     names = [f"p{i}" for i in range(6)]
 
     async def scenario():
@@ -350,10 +353,59 @@ def test_a_forked_refresh_snapshots_in_the_child_at_low_priority_and_estimates_e
         for w in v["waitingFor"]:
             assert w["namespace"] == "one" and w["name"] in {"a", "b", *names}, w
             assert w["kind"] in ("running", "pending") and isinstance(w["expectedEndAt"], float), w
-    lines = [line.split() for line in where.read_text().splitlines()]
-    snapshots = [int(pid) for what, pid, *_ in lines if what == "snapshot"]
-    computes = [(int(pid), int(prio)) for what, pid, prio in (line for line in lines if line[0] == "compute")]
-    assert snapshots and computes
-    assert os.getpid() not in snapshots  # never on the event loop's process
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert all(pid != os.getpid() and prio > own for pid, prio in computes), (own, computes)
+    assert not computed_here  # the forward runs ran in the worker process only
+    assert est.refreshes >= 1 and est._worker is None  # stopped with the service
+
+
+def test_a_worker_process_that_dies_is_replaced_and_stops_with_the_service(make):
+    """The estimates' worker process killed (SIGKILL, as the OOM killer would): the refresh under
+    way fails, the next one starts a new worker, estimates go on; the service's stop ends it."""
+    import signal
+
+    svc = make(restore=False)
+    pids: list[int] = []
+
+    async def estimated(name: str) -> dict:
+        for _ in range(400):
+            view = svc.get_workload("one", name)
+            if view["estimatedStartAt"] is not None:
+                return view
+            await asyncio.sleep(0.05)
+        raise AssertionError(view)
+
+    async def scenario():
+        try:
+            await start_with_a_running(svc)
+            submit(svc, "b", gpus=2)
+            await estimated("b")
+            pids.append(svc.estimates._worker.pid)
+            os.kill(pids[0], signal.SIGKILL)
+            for _ in range(200):  # reaped by the estimates' thread at the next refresh
+                svc.estimates.changed()
+                if svc.estimates._worker.pid not in (None, pids[0]):
+                    break
+                await asyncio.sleep(0.05)
+            submit(svc, "c", gpus=2)
+            await estimated("c")
+            pids.append(svc.estimates._worker.pid)
+            assert _worker_process(pids[1])[0][1:3] == ["-m", "jupyter_gpuqueue.service.estimate_worker_main"]
+        finally:
+            await svc.stop()
+
+    asyncio.run(scenario())
+    assert pids[1] != pids[0] and svc.estimates.use_process
+    assert not os.path.exists(f"/proc/{pids[0]}") and not os.path.exists(f"/proc/{pids[1]}")
+
+
+@pytest.mark.parametrize("call", ["fork", "forkpty"])
+def test_forking_a_threaded_process_is_an_error_in_the_test_run(call):
+    """Python 3.12's warning (posixmodule.c, warn_about_fork_with_threads), made an error by
+    pyproject.toml's filterwarnings so that no fork of the threaded server comes back; other
+    DeprecationWarnings stay warnings."""
+    import warnings
+
+    with pytest.raises(DeprecationWarning):
+        warnings.warn(f"This process (pid={os.getpid()}) is multi-threaded, use of {call}() may lead to "
+                      "deadlocks in the child.", DeprecationWarning)
+    with pytest.warns(DeprecationWarning):
+        warnings.warn("something else is deprecated", DeprecationWarning)

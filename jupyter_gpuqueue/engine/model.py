@@ -268,8 +268,9 @@ class PodSetAssignment:
 class DevicePlacement:
     """Where one pod runs: a node and the GPUs or MIG devices given to it.
 
-    ``devices`` are what CUDA_VISIBLE_DEVICES receives: GPU indices as strings ("0", "3") or MIG
-    device UUIDs ("MIG-…").
+    ``devices``: GPU indices as strings ("0", "3", NVML's order) or MIG device UUIDs ("MIG-…");
+    CUDA_VISIBLE_DEVICES gets them with the GPUs named by UUID where NVML found them
+    (``service/devices.py``).
     """
 
     pod_set: str

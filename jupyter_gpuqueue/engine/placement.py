@@ -70,7 +70,7 @@ class DeviceAllocator:
     """Which devices of an Inventory are free, and who holds the others.
 
     Device ids: whole GPUs are ``"<node>/<index>"`` internally and ``"<index>"`` in placements
-    (what CUDA_VISIBLE_DEVICES takes); MIG devices are their ``MIG-…`` UUIDs.
+    (NVML's order; ``service/devices.py`` names them to CUDA); MIG devices are their ``MIG-…`` UUIDs.
     """
 
     def __init__(self, inventory: Inventory):

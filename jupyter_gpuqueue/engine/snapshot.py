@@ -24,6 +24,7 @@ such a copy are not available.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from sortedcontainers import SortedList
 
@@ -43,6 +44,34 @@ def copy_workload(wl: Workload) -> Workload:
     for name in _WL_SLOTS:
         object.__setattr__(new, name, getattr(wl, name))
     return new
+
+
+_WL_FIELDS = operator.attrgetter(*_WL_SLOTS)
+
+
+def freeze_pending(snap: Scheduler) -> dict[str, tuple]:
+    """For a copy taken with ``copy_pending=False``: each pending workload's fields as a tuple
+    (read at once, in C: a fraction of :func:`copy_workload`'s cost), and the shared Workload
+    objects taken out of the copy (its ``workloads`` hold None for them), so that the copy can go
+    to another thread while the original's workloads change. :func:`thaw_pending` puts copies
+    back. Returns key → fields."""
+    admitted = snap.admitted
+    wls = snap.workloads
+    frozen = {k: _WL_FIELDS(wl) for k, wl in wls.items() if k not in admitted}
+    for k in frozen:
+        wls[k] = None
+    return frozen
+
+
+def thaw_pending(snap: Scheduler, frozen: dict[str, tuple]) -> None:
+    """The inverse of :func:`freeze_pending`: each frozen workload back into ``snap`` as a
+    Workload of its own."""
+    wls = snap.workloads
+    for k, values in frozen.items():
+        new = object.__new__(Workload)
+        for name, v in zip(_WL_SLOTS, values):
+            object.__setattr__(new, name, v)
+        wls[k] = new
 
 
 def _copy_queue(q: ClusterQueueQueue, positions: bool) -> ClusterQueueQueue:
@@ -137,4 +166,4 @@ def state_digest(sched: Scheduler) -> tuple:
     )
 
 
-__all__ = ["copy_workload", "snapshot", "state_digest"]
+__all__ = ["copy_workload", "freeze_pending", "snapshot", "state_digest", "thaw_pending"]

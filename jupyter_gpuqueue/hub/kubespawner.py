@@ -14,7 +14,7 @@ For a pod of an admitted lease it sets, as Kueue does for an admitted Workload:
 - ``containers[0].resources``: limits and requests of exactly the admitted GPU / MIG resource and
   quantity (``nvidia.com/gpu: 1``, ``nvidia.com/mig-1g.10gb: 1``), replacing any GPU / MIG entry
   the profile set;
-- ``containers[0].env``: without ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` (which
+- ``containers[0].env``: without ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` / ``CUDA_DEVICE_ORDER`` (which
   ``GpuQueueSpawnerMixin.get_env`` / the pre-spawn hook set for local servers; ``GPUQUEUE_LEASE``
   stays). In a cluster NVIDIA's device plugin picks the devices of the requested resource and
   tells the container runtime; the queue's device ids are advisory there (node-level GPU indices,
@@ -40,7 +40,7 @@ WORKLOAD_LABEL = LEASE_WORKLOAD_LABEL  # the inventory does not count these Pods
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 # the device plugin's business in a cluster (module docstring)
-DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+DEVICE_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"})
 
 _flavor_cache: dict[tuple, dict] = {}
 

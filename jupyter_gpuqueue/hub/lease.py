@@ -317,10 +317,13 @@ def lease_end(workload: dict) -> Optional[float]:
 
 
 def lease_environment(workload: dict) -> dict[str, str]:
-    """Environment of a local notebook server on a lease: the assigned devices and the lease."""
+    """Environment of a local notebook server on a lease: the assigned devices (``visibleDevices``:
+    GPU / MIG UUIDs where the queue discovered the GPUs through NVML, else indices, counted in PCI
+    bus order as NVML does: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; service/devices.py) and the lease."""
     devices = workload.get("visibleDevices") or ""
     return {
         "CUDA_VISIBLE_DEVICES": devices,
         "NVIDIA_VISIBLE_DEVICES": devices or "void",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "GPUQUEUE_LEASE": f"{workload['namespace']}/{workload['name']}",
     }

@@ -13,18 +13,13 @@ import re
 from typing import Optional
 
 from ..errors import ValidationError
+from ..gpu_families import family_prices
 
-#: USD per GPU-hour, the figures of DESIGN.md "Costs" (A100-80GB 2.21, A100-40GB 1.65, H100-80GB 3.75,
-#: L4 0.81) under the flavor names the demo and the seed examples use.
-DEFAULT_PRICES: dict[str, float] = {
-    "nvidia-a100": 2.21,
-    "a100-80gb": 2.21,
-    "a100-40gb": 1.65,
-    "nvidia-h100": 3.75,
-    "h100-80gb": 3.75,
-    "nvidia-l4": 0.81,
-    "l4": 0.81,
-}
+#: USD per GPU-hour by flavor: every GPU family's (``gpu_families.GPU_FAMILIES``, the single source:
+#: DESIGN.md's A100-80GB 2.21, A100-40GB 1.65, H100 3.75, L4 0.81, and the others), under the
+#: family flavor names discovered GPUs get (``nvidia-h100``, ``nvidia-a100-80gb``) and the names
+#: the demo and the seed examples use (``nvidia-a100``, ``a100-80gb``, ``h100-80gb``, ``l4``).
+DEFAULT_PRICES: dict[str, float] = family_prices()
 #: USD per GPU-hour of a flavor that is not listed (DESIGN.md).
 DEFAULT_PRICE = 2.0
 
@@ -104,6 +99,21 @@ class Prices:
             if base in self.per_flavor:
                 return self.per_flavor[base]
         return self.default
+
+    def source(self, flavor: str) -> str:
+        """Where :meth:`price` of ``flavor`` comes from: ``"listed"``, ``"base flavor"`` (a
+        ``<base>-mig`` flavor priced as its base) or ``"default"`` (not listed: billed at
+        ``default``)."""
+        if flavor in self.per_flavor:
+            return "listed"
+        if flavor.endswith("-mig") and flavor[: -len("-mig")] in self.per_flavor:
+            return "base flavor"
+        return "default"
+
+    def unpriced(self, flavors) -> list[str]:
+        """The names in ``flavors`` that no price lists (:meth:`source` ``"default"``), sorted: they
+        are billed at ``default``."""
+        return sorted(f for f in flavors if self.source(f) == "default")
 
     def gpu_equivalent(self, resource: str, quantity: int) -> float:
         """GPUs that ``quantity`` units of ``resource`` amount to.

@@ -23,23 +23,31 @@ construction, only the collaborators it works with (its docstring lists them), n
 - ``states`` (workload states), ``names`` (uids and names), ``factory`` (``create_service``).
 """
 
-from .factory import DEMO_DIR, create_service
-from .queue_service import QueueService
-from .states import (
-    ACTIVE_STATES,
-    ADMITTED,
-    CANCELLED,
-    DEFAULT_MAX_RUNTIME,
-    FAILED,
-    FINISHED_STATES,
-    MAX_RUNTIME_LIMIT,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-)
+# Imported on first use (PEP 562): a submodule (the estimates' worker process imports
+# ``service.estimates`` and nothing of the service around it) does not import the whole service.
+_EXPORTS = {
+    "QueueService": "queue_service", "create_service": "factory", "DEMO_DIR": "factory",
+    **{name: "states" for name in ("PENDING", "ADMITTED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED",
+                                   "ACTIVE_STATES", "FINISHED_STATES", "DEFAULT_MAX_RUNTIME", "MAX_RUNTIME_LIMIT")},
+}
 
 __all__ = [
     "QueueService", "create_service", "DEMO_DIR",
     "PENDING", "ADMITTED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "ACTIVE_STATES", "FINISHED_STATES",
     "DEFAULT_MAX_RUNTIME", "MAX_RUNTIME_LIMIT",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

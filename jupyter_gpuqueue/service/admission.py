@@ -19,6 +19,7 @@ from ..engine import serialize
 from ..engine.model import Workload
 from ..engine.preemption import HUMAN_REASONS
 from ..errors import Forbidden, GpuQueueError
+from .devices import device_environment
 from .states import ADMITTED, CANCELLED, FAILED, FINISHED_STATES, PENDING, RUNNING, is_lease
 
 if TYPE_CHECKING:
@@ -225,13 +226,12 @@ class Admission:
         rec = self.live.records[uid]
         wl = self.live.engine_workloads[uid]
         spec = rec["spec"]
-        devices = [d for p in wl.admission.placements for d in p.devices]
-        visible = ",".join(devices)
         env = dict(spec.get("env") or {})
         env.update(
             {
-                "CUDA_VISIBLE_DEVICES": visible,
-                "NVIDIA_VISIBLE_DEVICES": visible if visible else "void",
+                # GPU / MIG UUIDs where NVML found the GPUs, else indices in PCI bus order
+                # (service/devices.py): the device the job sees is the one it is billed for.
+                **device_environment(wl.admission.placements, self.costs.inventory),
                 "GPUQUEUE_WORKLOAD_NAME": rec["name"],
                 "GPUQUEUE_NAMESPACE": rec["namespace"],
                 "GPUQUEUE_WORKLOAD_UID": uid,

@@ -118,11 +118,12 @@ class Costs:
         (``GpuQueueApp.budgets``); ``spot_flavors`` (ResourceFlavor names); ``spot_signal`` (a
         signal name, SIGUSR1) and ``spot_grace_seconds`` (≥ 0) of spot preemption notices;
         ``utilization_interval`` (seconds, > 0) between NVML samples; ``utilization_sampler``
-        ``"auto"`` (NVML, ``inventory/nvml.gpu_samples``, when the inventory came from NVML, else
-        none), None, or a callable ``uuids -> {uuid: percent or nvml.DeviceSample}`` (a bare
-        percent: utilization only). Raises ValidationError naming the trait."""
+        ``"auto"`` (NVML, ``inventory/nvml.NvmlSampler``: initialised once, shut down by
+        :meth:`close_sampler` at the service's stop, when the inventory came from NVML, else none),
+        None, or a callable ``uuids -> {uuid: percent or nvml.DeviceSample}`` (a bare percent:
+        utilization only). Raises ValidationError naming the trait."""
         from ..budgets import parse_budgets
-        from ..inventory.nvml import gpu_samples
+        from ..inventory.nvml import NvmlSampler
 
         self.budgets = Budgets(self.ledger, parse_budgets(budgets or {}, "budgets"), self.conf.clock)
         names = [spot_flavors] if isinstance(spot_flavors, str) else list(spot_flavors or ())
@@ -144,8 +145,18 @@ class Costs:
                                   "utilization_interval")
         self.utilization_interval = float(utilization_interval)
         if utilization_sampler == "auto":
-            utilization_sampler = gpu_samples if self.inventory.source == "nvml" else None
+            utilization_sampler = NvmlSampler() if self.inventory.source == "nvml" else None
+        self.close_sampler()
         self.utilization_sampler = utilization_sampler
+
+    def close_sampler(self) -> None:
+        """Release what the utilization sampler holds (NVML: ``nvmlShutdown``); the service stops."""
+        close = getattr(self.utilization_sampler, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # pragma: no cover - logged; the service stops anyway
+                self.log.warning("gpuqueue: could not close the GPU sampler", exc_info=True)
 
     def costs_state(self) -> dict:
         return self._costs

@@ -11,19 +11,23 @@ run times), computed here:
   loop), debounced: at most once every ``min_interval`` seconds (1 s) and so that the estimates
   take at most ``cpu_share`` (10 %) of a core (a refresh that took 200 ms waits 2 s: by wall-clock
   time up to ``refresh_interval``, by CPU time beyond) and ``loop_share`` (1 %) of the event loop
-  (the fork and the slices that apply the result), and at
+  (the snapshot and the slices that apply the result), and at
   least every ``refresh_interval`` seconds (30 s: time passing moves predictions — a running job
   that has outlived its history is expected to run longer).
-- **Where.** In a forked copy of the process (``use_fork``, Linux): the fork is the event loop's
-  only pause at the start of a refresh; the child takes the copy of the Scheduler
-  (:func:`..engine.snapshot.snapshot`) from its copy-on-write image of the server as of the fork,
-  runs the forward run at a low CPU priority (``child_nice``, 10: on a busy machine the
-  server's threads win the cores, and the child still gets about a tenth of a core beside a
-  busy process, where nice 19 got a seventieth: BENCHMARKS.md), and writes its result back as
-  plain tuples through a pipe the loop reads without blocking. The loop decodes and publishes it in slices of at most
+- **Where.** In a worker process of its own (``use_process``; ``service/estimate_worker.py``): a
+  fresh interpreter, spawned once (never a fork of the multi-threaded server, which may deadlock
+  in the child) and preloaded with the estimator, at a low CPU priority (``child_nice``, 10: on a
+  busy machine the server's threads win the cores, and the worker still gets about a tenth of a
+  core beside a busy process, where nice 19 got a seventieth: BENCHMARKS.md). The loop takes the
+  copy of the Scheduler (:func:`..engine.snapshot.snapshot`) between two callbacks, its pending
+  workloads frozen into tuples rather than copied (``freeze_pending``); the estimates' thread
+  pickles it, sends it and waits for the answer (plain tuples), so the forward run shares
+  no GIL with the loop. The loop decodes and publishes the answer in slices of at most
   ``slice_seconds`` (1 ms), each a callback of its own, so requests are served in between (as
-  scheduling cycles are). Without fork: the snapshot on the loop, the forward run on one worker
-  thread. A result computed from a snapshot older than the one already published is dropped.
+  scheduling cycles are). The worker owns the run-time model and the calibration: each request
+  brings the run times and past errors observed since the last one. Without it
+  (``use_process = False``): the forward run on that thread, in this process (GIL shared with the
+  loop). A result computed from a snapshot older than the one already published is dropped.
   Workloads whose estimate changed materially since the last event (a first estimate, a new
   reason, a start moved by more than ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at
   most ``events_per_refresh`` per refresh, so panels update without polling. BENCHMARKS.md,
@@ -62,13 +66,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-import gc
 import io
 import logging
 import math
-import os
 import pickle
-import signal
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -78,9 +79,9 @@ from ..engine.calibration import WaitCalibration
 from ..engine.estimate import Estimate, WaitingFor, estimate_starts
 from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
-from ..engine.snapshot import copy_workload, snapshot
+from ..engine.snapshot import copy_workload, freeze_pending, snapshot, thaw_pending
 from ..engine.wait_rate import RATE_BLEND, blend_waits, rate_wait
-from ..ledger.reports import month_of, parse_month
+from .estimate_worker import WorkerProcess
 from .live import engine_workload
 from .states import PENDING
 
@@ -112,6 +113,8 @@ def history_keys(wl: Workload) -> tuple:
 def next_month_start(now: float) -> float:
     """The first second (epoch s) of the UTC month after ``now``: when monthly budgets reset
     (the month boundaries of ledger/reports.py, which the budgets use)."""
+    from ..ledger.reports import month_of, parse_month  # not in the worker process (it imports no ledger)
+
     return parse_month(month_of(now))[1]
 
 
@@ -159,14 +162,14 @@ class Estimates:
     faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
     faster_options_seconds = 0.1  # s of worker time per round for the variants, at most
     faster_options_interval = 10.0  # s between two rounds of faster options (kept in between)
-    use_fork = True  # compute in a forked process (no GIL shared with the loop); else a thread
+    use_process = True  # compute in the worker process (no GIL shared with the loop); else on a thread
     events_per_refresh = 50  # workload events sent per refresh at most (the rest at the next one)
     cpu_share = 0.1  # of one core, at most, for the estimates (refreshes are spaced to keep to it)
-    loop_share = 0.01  # of the event loop's time, at most, for a refresh (the fork, applying the result)
-    child_nice = 10  # the forked process's niceness: the server's threads win the cores (19: estimates
+    loop_share = 0.01  # of the event loop's time, at most, for a refresh (the snapshot, applying the result)
+    child_nice = 10  # the worker process's niceness: the server's threads win the cores (19: estimates
     # ~10 s late on a machine whose cores other work saturates, BENCHMARKS.md)
     slice_seconds = 0.001  # s of the loop per slice of applying a result (then the loop serves others)
-    rows_per_chunk = 256  # estimates per pickled chunk of the forked process's result
+    rows_per_chunk = 256  # estimates per pickled chunk of the worker process's result
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", checks: "RequestChecks",
                  costs: "Costs", events: "EventHub", log: logging.Logger, *, delegated: bool):
@@ -176,11 +179,12 @@ class Estimates:
         self.enabled = True  # refreshes run (False once the service stops)
         self.wanted = True  # GpuQueueApp.estimate_start_times: False, no estimates at all
         self.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())  # the worker's only
-        self._observations: deque = deque()  # (Workload, seconds) to feed the model, on the worker
+        # (Workload, seconds) to feed the model, on the worker; bounded: with estimates off nothing drains it
+        self._observations: deque = deque(maxlen=self.history_seed_limit)
         # The range: the estimator's own past errors (engine/calibration.py), the worker's only;
         # fed (ClusterQueue, estimated wait, actual wait, at) as workloads estimated before start.
         self.calibration = WaitCalibration()
-        self._cal_observations: deque = deque()
+        self._cal_observations: deque = deque(maxlen=10_000)
         self._first: dict[str, tuple[float, float, str]] = {}  # key -> (at, estimated wait, ClusterQueue)
         # Admission times per ClusterQueue (ascending, the last 24 h): the rate the point is blended with.
         self._admissions: dict[str, list[float]] = {}
@@ -203,9 +207,10 @@ class Estimates:
         self._executor: Optional[ThreadPoolExecutor] = None
         self.refreshes = 0  # completed refreshes (tests, metrics)
         self.last_duration = 0.0  # s of the last forward run(s) on the worker (wall clock)
-        self.last_cpu = 0.0  # CPU s of the last refresh's worker (the forked process or the thread)
-        self._prepare_seconds = 0.0  # s of the last refresh's start on the event loop (with the fork)
-        self.fork_seconds = 0.0  # s the last fork held the event loop
+        self.last_cpu = 0.0  # CPU s of the last refresh's worker (the worker process or the thread)
+        self._prepare_seconds = 0.0  # s of the last refresh's start on the event loop (the snapshot)
+        self._worker: Optional[WorkerProcess] = None  # the worker process, started at the first refresh
+        self._worker_failures = 0  # refreshes the worker process failed in a row (3: a thread instead)
         self.apply_seconds = 0.0  # s of the loop, in slices, the last result took to apply
         self._loop_seconds = 0.0  # s of the loop the last refresh took in all
 
@@ -234,10 +239,8 @@ class Estimates:
         if started is None or finished is None or finished < started:
             return
         wl = wl if wl is not None else engine_workload(rec)
-        if self._forking() and not self._observations:
-            self.model.observe(wl, finished - started)  # the loop owns the model (forked children copy it)
-        else:  # the worker thread owns it: fed at its next refresh
-            self._observations.append((wl, finished - started))
+        # The worker (process or thread) owns the model: fed at the next refresh.
+        self._observations.append((wl, finished - started))
 
     # -- scheduling of refreshes ---------------------------------------------------------------------
     def changed(self) -> None:
@@ -263,18 +266,29 @@ class Estimates:
             return  # the refresh under way (or due) will see the change: _done reschedules when dirty
         # At most cpu_share of one core: a refresh that took 200 ms waits 2 s before the next; at
         # most loop_share of the loop (BENCHMARKS.md, "Estimated start times in the live
-        # service"). By wall-clock time, up to refresh_interval: on a busy machine the forked
-        # child (at low priority) takes longer, and refreshes (and the workload events they send)
+        # service"). By wall-clock time, up to refresh_interval: on a busy machine the worker
+        # process (at low priority) takes longer, and refreshes (and the workload events they send)
         # come less often; the worker's CPU time bounds it beyond that.
         loop_s = self._loop_seconds
         gap = max(self.min_interval, loop_s / self.loop_share, (self.last_cpu + loop_s) / self.cpu_share,
                   min((self.last_duration + loop_s) / self.cpu_share, self.refresh_interval))
         wait = self._last_start + gap - time.monotonic()
-        # The fork in a loop callback of its own, never added to the callback that asked (a tick)
+        # The snapshot in a loop callback of its own, never added to the callback that asked (a tick)
         self._timer = loop.call_later(wait, self._start, loop) if wait > 0 else loop.call_soon(self._start, loop)
 
-    def _forking(self) -> bool:
-        return bool(self.use_fork) and hasattr(os, "fork")
+    def _in_process(self) -> bool:
+        return bool(self.use_process)
+
+    def prestart(self) -> None:
+        """Start the worker process now, on the estimates' thread (the service starts: the first
+        refresh then finds it preloaded); nothing when estimates are off or computed on a thread."""
+        if not (self.enabled and self._in_process()):
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="gpuqueue-estimates")
+        if self._worker is None:
+            self._worker = WorkerProcess(self.child_nice)
+        self._executor.submit(self._worker.start)
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
@@ -284,35 +298,48 @@ class Estimates:
         self._last_start = time.monotonic()
         self._version += 1
         self._loop_seconds = 0.0
-        forked = self._forking()
+        in_process = self._in_process()
         try:
             t0 = time.perf_counter()
-            # Forked: only the bookkeeping of this process here (O(running)); the snapshot is
-            # taken in the child, from its copy-on-write copy of the Scheduler as of the fork.
-            plan = self._plan() if forked else None
-            job = None if forked else self._job(self._plan())
+            job = self._job(self._plan(), share_pending=in_process)  # the copy, between two callbacks
+            if in_process:
+                request = self._request(job)
             self._prepare_seconds = time.perf_counter() - t0
         except Exception:  # pragma: no cover - the queue goes on without estimates
             self.log.exception("gpuqueue: could not prepare the start-time estimates")
             return
         self._running = True
-        if forked:
-            try:
-                t0 = time.perf_counter()
-                self._drain_observations()  # into the model the forked process copies
-                self._fork_compute(loop, plan)
-                # the fork pauses the loop (page tables copied): counted in the spacing of refreshes
-                self.fork_seconds = time.perf_counter() - t0
-                self._prepare_seconds += self.fork_seconds
-                self._loop_seconds = self._prepare_seconds
-                return
-            except OSError:  # pragma: no cover - no fork here (limits): a thread instead
-                self.log.warning("gpuqueue: cannot fork for the estimates; using a thread", exc_info=True)
-                self.use_fork = False
-                job = self._job(plan)
         self._loop_seconds = self._prepare_seconds
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="gpuqueue-estimates")
+        if in_process:
+            if self._worker is None:
+                self._worker = WorkerProcess(self.child_nice)
+            # pickled, sent and waited for on the estimates' thread (estimate_worker.py)
+            sent = loop.run_in_executor(self._executor, self._worker.compute, request)
+
+            def answered(f) -> None:
+                if f.cancelled() or not self.enabled or loop.is_closed():  # the service stopped
+                    if not f.cancelled():
+                        f.exception()  # retrieved: the worker's end at the stop is expected
+                    self._running = False
+                    return
+                try:
+                    data = f.result()
+                except Exception as e:  # the worker failed or ended: the next refresh starts another
+                    self._worker_failures += 1
+                    self.log.error("gpuqueue: start-time estimates failed: %s", e)
+                    if self._worker_failures >= 3:  # e.g. sys.executable cannot run the worker
+                        self.log.warning("gpuqueue: the estimates' worker process failed 3 times in a row; "
+                                         "computing the estimates on a thread from now on")
+                        self.use_process = False
+                    self._done(loop)
+                    return
+                self._worker_failures = 0
+                self._apply_sliced(loop, self._decode_steps(data))
+
+            sent.add_done_callback(answered)
+            return
         fut = loop.run_in_executor(self._executor, self._compute, job)
 
         def computed(f) -> None:
@@ -359,59 +386,8 @@ class Estimates:
 
         step()
 
-    def _fork_compute(self, loop: asyncio.AbstractEventLoop, plan: dict) -> None:
-        """Compute in a forked copy of this process, which has the Scheduler, the records and the
-        model as they are now (copy-on-write): the child takes the snapshot (:meth:`_job`), runs
-        the estimator at a low CPU priority (``child_nice``: on a busy machine the server wins
-        the cores) and writes the result back through a pipe (:func:`_encode_result`), which
-        the loop reads without blocking and applies in slices (:meth:`_decode_steps`). A thread
-        would share the GIL with the event loop: during a refresh every request would wait for it
-        (BENCHMARKS.md, "Estimated start times in the live service"). The child closes every
-        inherited descriptor but its pipe (it must not hold the server's listening socket or the
-        ledger), dies with this process (PR_SET_PDEATHSIG) and ends with ``os._exit``."""
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: compute, write, exit; never return into the server's code
-            code = 1
-            try:
-                _child_setup(w, self.child_nice)
-                cpu0 = time.process_time()
-                version, now, results, faster, duration, _ = self._compute(self._job(plan))
-                data = _encode_result(version, now, results, faster, duration, time.process_time() - cpu0,
-                                      self.rows_per_chunk)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(w, view):]
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        os.set_blocking(r, False)
-        chunks: list[bytes] = []
-
-        def readable() -> None:
-            try:
-                chunk = os.read(r, 1 << 20)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if chunk:
-                chunks.append(chunk)
-                return
-            loop.remove_reader(r)
-            os.close(r)
-            _, status = os.waitpid(pid, 0)
-            if status != 0 or not chunks:
-                self.log.error("gpuqueue: start-time estimates failed: their process ended with status %s", status)
-                self._done(loop)
-                return
-            self._apply_sliced(loop, self._decode_steps(b"".join(chunks)))
-
-        loop.add_reader(r, readable)
-
     def _decode_steps(self, data: bytes) -> Iterator[None]:
-        """The forked computation's result (:func:`_encode_result`) decoded a chunk of rows at a
+        """The worker process's result (:func:`encode_result`) decoded a chunk of rows at a
         time, then published (:meth:`_publish_steps`); yields between pieces."""
         f = io.BytesIO(data)
         version, now, faster, duration, cpu, n_chunks = pickle.load(f)
@@ -444,6 +420,9 @@ class Estimates:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        if self._worker is not None:
+            self._worker.close()  # its input closes: it ends (a request under way fails)
+            self._worker = None
 
     # -- on the loop: what the refresh needs ------------------------------------------------------------
     def _plan(self) -> dict:
@@ -470,11 +449,14 @@ class Estimates:
             self._dirty = True
         return {"version": self._version, "now": now, "variants": variants}
 
-    def _job(self, plan: dict) -> dict:
-        """The snapshot and the inputs that live outside the engine (in the forked child, or on
-        the loop for the thread and :meth:`refresh_now`)."""
+    def _job(self, plan: dict, share_pending: bool = False) -> dict:
+        """The snapshot and the inputs that live outside the engine (on the loop, between two
+        callbacks; or on the calling thread for :meth:`refresh_now`). ``share_pending`` (for the
+        worker process): the pending workloads are not copied but frozen (their fields read
+        into tuples, ``engine/snapshot.freeze_pending``), which costs the loop a fraction of the
+        copies; the worker thaws them (``job["frozen"]``)."""
         now = plan["now"]
-        snap = snapshot(self.conf.scheduler)
+        snap = snapshot(self.conf.scheduler, copy_pending=not share_pending)
         records, live = self.live.records, self.live
         holds: dict[str, Optional[float]] = {}
         hold_uids = self.costs.budget_holds
@@ -500,8 +482,10 @@ class Estimates:
         variants = None  # None: keep the faster options found before
         if plan["variants"]:
             variants = self._variants(snap, [k for k in snap.workloads if k not in snap.admitted])
+        frozen = freeze_pending(snap) if share_pending else None  # last: the variants read the workloads
         return {"version": plan["version"], "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
-                "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()}}
+                "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()},
+                "frozen": frozen}
 
     def _record_admissions(self, sched, now: float) -> None:
         """Admissions since the last refresh, per ClusterQueue (for the rate of the blend)."""
@@ -519,10 +503,41 @@ class Estimates:
             if ts and ts[0] < horizon:
                 del ts[:bisect.bisect_left(ts, horizon)]
 
+    # -- the worker process's side ------------------------------------------------------------------
+    _WORKER_SETTINGS = ("simulate_all_below", "exact_per_queue", "faster_options_limit", "faster_options_seconds",
+                        "faster_options_min_wait", "rate_blend", "rate_min_admissions", "rows_per_chunk")
+
+    def _request(self, job: dict) -> dict:
+        """What the worker process gets for a refresh (on the loop; pickled on the estimates'
+        thread): the job, the run times and past errors observed since the last request (taken
+        from this process's queues: the worker's model and calibration learn them), the settings."""
+        obs, cal = self._observations, self._cal_observations
+        observations, calibration = list(obs), list(cal)
+        obs.clear()
+        cal.clear()
+        return {"job": job, "observations": observations, "calibration": calibration,
+                "settings": {name: getattr(self, name) for name in self._WORKER_SETTINGS}}
+
+    @classmethod
+    def worker_side(cls) -> "Estimates":
+        """An Estimates that only computes (``estimate_worker_main.py``): its run-time model and
+        calibration, fed by the requests; no service around it."""
+        est = cls.__new__(cls)
+        est.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())
+        est.calibration = WaitCalibration()
+        est._observations, est._cal_observations = deque(), deque()
+        return est
+
+    def configure_worker(self, settings: dict) -> None:
+        """Take the server's settings (:meth:`_request`) on the worker process's side."""
+        for name in self._WORKER_SETTINGS:
+            if name in settings:
+                setattr(self, name, settings[name])
+
     # -- on the worker -------------------------------------------------------------------------------
     def _drain_observations(self) -> None:
         """Feed the run-time model and the calibration what they were given since the last
-        refresh (on the worker thread, or on the loop just before a fork)."""
+        refresh (on the worker thread, or in the worker process: :meth:`_request` sends them)."""
         obs = self._observations
         while obs:
             wl, seconds = obs.popleft()
@@ -537,6 +552,8 @@ class Estimates:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         self._drain_observations()
         snap, now = job["snap"], job["now"]
+        if job.get("frozen"):
+            thaw_pending(snap, job["frozen"])
         pending = len(snap.workloads) - len(snap.admitted)
         exact = None if pending <= self.simulate_all_below else self.exact_per_queue
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
@@ -816,45 +833,14 @@ class Estimates:
         return out
 
 
-def _child_setup(keep_fd: int, nice: int = 0) -> None:
-    """In the forked estimates process: no garbage collection (no finalizer of the server's
-    objects may run here; nor the copy-on-write of every object a collection would touch), no
-    signal wake-ups into the server's loop, default signal handling, every inherited descriptor
-    closed but ``keep_fd``, death with the server, and ``nice`` added to its niceness (the
-    server's threads win the CPU over it)."""
-    gc.disable()
-    if nice:
-        try:
-            os.nice(nice)
-        except OSError:  # pragma: no cover - not allowed here: compute at the server's priority
-            pass
-    try:
-        signal.set_wakeup_fd(-1)
-    except (ValueError, OSError):
-        pass
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-    os.closerange(3, keep_fd)
-    os.closerange(keep_fd + 1, _max_fd())
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-
-
 _ESTIMATE_FIELDS = tuple(f.name for f in dataclasses.fields(Estimate))
 _WAITING_FOR_FIELDS = tuple(f.name for f in dataclasses.fields(WaitingFor))
 _WAITING_FOR_INDEX = _ESTIMATE_FIELDS.index("waiting_for")
 
 
-def _encode_result(version: int, now: float, results: dict, faster: Optional[dict], duration: float, cpu: float,
+def encode_result(version: int, now: float, results: dict, faster: Optional[dict], duration: float, cpu: float,
                    rows_per_chunk: int) -> bytes:
-    """A refresh's result as the forked process writes it: one pickle of ``(version, now, faster,
+    """A refresh's result as the worker process writes it: one pickle of ``(version, now, faster,
     duration, cpu, number of chunks)``, then the estimates as chunks of at most ``rows_per_chunk``
     ``(key, row)`` pairs, a row being an :class:`Estimate`'s fields in order (its ``waiting_for``
     as tuples): plain tuples unpickle about eight times faster than the dataclasses, and the loop
@@ -880,13 +866,6 @@ def _decode_estimate(row: tuple) -> Estimate:
     if row[_WAITING_FOR_INDEX]:
         est.waiting_for = tuple(WaitingFor(*w) for w in row[_WAITING_FOR_INDEX])
     return est
-
-
-def _max_fd() -> int:
-    try:
-        return int(os.sysconf("SC_OPEN_MAX"))
-    except (ValueError, OSError):  # pragma: no cover
-        return 65536
 
 
 def _option_json(opt: dict, start: float, now: float) -> dict:

@@ -189,11 +189,13 @@ class QueueService:
         if self.live.started:
             return
         self.recovery.restore()
+        self.warn_unpriced()
         try:
             self.estimates.seed_history()
         except Exception:  # pragma: no cover - estimates fall back to declared run times
             self.log.warning("gpuqueue: could not read past run times for the estimates", exc_info=True)
         self.estimates.enabled = self.estimates.wanted
+        self.estimates.prestart()  # the estimates' worker process, preloaded off the loop
         from ..ledger.group_commit import GroupCommitter
 
         self.live.committer = GroupCommitter(self.ledger)
@@ -209,6 +211,17 @@ class QueueService:
 
             self._reconcile_task = start_reconcile(self, os.environ["JUPYTERHUB_API_URL"],
                                                    os.environ["JUPYTERHUB_API_TOKEN"])
+
+    def warn_unpriced(self) -> list[str]:
+        """Name to the admin (a warning in the server's log) the ResourceFlavors no price lists,
+        which are billed at the default price (``Prices.unpriced``); returns them. Admin → Prices
+        shows the same (``source: "default"``)."""
+        unpriced = self.prices.unpriced(self.config.resource_flavors)
+        if unpriced:
+            self.log.warning(
+                "gpuqueue: no price for ResourceFlavor %s: billed at the default %.2f USD per GPU-hour "
+                "(set c.GpuQueueApp.prices or Admin → Prices)", ", ".join(unpriced), self.prices.default)
+        return unpriced
 
     async def stop(self) -> None:
         """Stop the loop. Running jobs keep running; the next start adopts them."""
@@ -237,6 +250,7 @@ class QueueService:
             self.backend.set_wakeup(None)
         if hasattr(self.backend, "close"):
             self.backend.close()  # cluster backends: end their watch threads
+        self.costs.close_sampler()  # NVML: shut down (initialised once, at the first sample)
         self.ledger.close()
 
     async def _loop(self) -> None:

@@ -12,6 +12,7 @@ from ..engine.flavors import flavor_eligible
 from ..engine.model import GPU, MIG_PREFIX, PodSet, Workload
 from ..engine.quantity import format_quantity
 from ..errors import ValidationError
+from .devices import visible_devices
 from .states import DEFAULT_MAX_RUNTIME, PENDING, RUNNING
 
 if TYPE_CHECKING:
@@ -413,7 +414,7 @@ class Views:
         per_hour = self.price_per_hour(rec)
         max_rt = spec.get("maxRuntimeSeconds") or 0
         placements = adm.get("placements", []) if adm else []
-        devices = [d for p in placements for d in p["devices"]]
+        devices = visible_devices(placements, self.inventory)  # GPU UUIDs where NVML found them (devices.py)
         pod_sets = []
         for p in spec["podSets"]:
             pod_sets.append({"name": p["name"], "count": p["count"],

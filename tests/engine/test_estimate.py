@@ -169,6 +169,38 @@ def test_snapshot_decides_like_the_original():
     assert state_digest(c) == state_digest(s)
 
 
+def test_a_frozen_snapshot_sent_to_another_process_decides_like_the_original():
+    """The worker process's copy (service/estimates.py): pending workloads shared, then frozen
+    into tuples, pickled, unpickled and thawed; the original's pending workloads changed
+    meanwhile (an eviction's requeue) do not reach the copy."""
+    import pickle
+
+    from jupyter_gpuqueue.engine.snapshot import freeze_pending, thaw_pending
+
+    pre = ClusterQueuePreemption(reclaim_within_cohort=ANY, within_cluster_queue=LOWER_PRIORITY)
+    cqs = (make_cq("a", [("a100", 2)], cohort="c", preemption=pre), make_cq("b", [("a100", 1)], cohort="c"))
+    s = sched_of(*cqs, batch=1.0)
+    run_at(s, 0.0, *[wl("a", f"a{i}", 1, t=i, prio=i % 2) for i in range(5)], wl("b", "b0", 1, t=0))
+    digest = state_digest(s)
+    c = snapshot(s, copy_pending=False)
+    frozen = freeze_pending(c)
+    pending = [k for k in s.workloads if k not in s.admitted]
+    assert sorted(frozen) == sorted(pending) and all(c.workloads[k] is None for k in pending)
+    for k in pending:  # the original changes after the freeze
+        s.workloads[k].queue_order_time = 99.0
+    data = pickle.dumps((c, frozen))
+    for k in pending:
+        s.workloads[k].queue_order_time = None
+    c, frozen = pickle.loads(data)
+    thaw_pending(c, frozen)
+    assert state_digest(c) == state_digest(s) == digest
+    for sch in (s, c):
+        sch.remove_workload(next(iter(sch.admitted)), 5.0)
+        sch.add_workload(wl("b", "late", 2, t=6, prio=5))
+        sch.run_until_stable(6.0)
+    assert state_digest(c) == state_digest(s)
+
+
 def test_history_model_quantiles_and_fallbacks():
     m = HistoryRuntime(lambda w: (("team-gpus", w.namespace, w.pod_sets[0].requests["nvidia.com/gpu"]), ("team", w.namespace), ("all",)),
                        min_samples=3, fallback=DeclaredRuntime(777.0))

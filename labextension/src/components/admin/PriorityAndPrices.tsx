@@ -197,8 +197,12 @@ export function PricesEditor(props: {
               <tr data-price-flavor={e.flavor}>
                 <td className="jp-gpuqueue-admin-what">
                   <span>{e.flavor}</span>
-                  <span className="jp-gpuqueue-muted">
-                    ${e.usdPerGpuHour.toFixed(2)} ({e.source})
+                  <span
+                    className={`jp-gpuqueue-muted ${e.source === 'default' ? 'jp-gpuqueue-unpriced' : ''}`}
+                  >
+                    {e.source === 'default'
+                      ? `no price: billed at the default ${e.usdPerGpuHour.toFixed(2)}`
+                      : `$${e.usdPerGpuHour.toFixed(2)} (${e.source})`}
                   </span>
                 </td>
                 <td>
