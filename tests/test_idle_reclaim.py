@@ -443,7 +443,7 @@ def test_a_reporting_server_decides_an_open_tab_is_not_activity_and_a_busy_kerne
     assert done["idleSince"] == ended
     with pytest.raises(Conflict, match="not a running notebook lease"):
         report(svc, busy=False, idleSeconds=0)  # the server stops reporting then
-    assert w["uid"] not in svc.idle._reports or svc.tick() is None
+    assert w["uid"] not in svc.idle.reports.by_uid or svc.tick() is None
 
 
 def test_reports_that_stop_or_a_restart_never_release_and_the_hub_is_no_longer_asked(env):
@@ -514,7 +514,7 @@ def test_activity_report_errors_change_nothing(env):
     with pytest.raises(ValidationError) as e:
         svc.report_lease_activity("lab", "nb", user="alice", data=[True])
     assert e.value.field == "body"
-    assert not svc.idle._reports and not (svc.ledger.find_workload("lab", "nb")["run"] or {}).get("idle", {}).get(
+    assert not svc.idle.reports.by_uid and not (svc.ledger.find_workload("lab", "nb")["run"] or {}).get("idle", {}).get(
         "serverReports")
     svc.submit({"name": "job", "command": [PY, "-c", "import time; time.sleep(30)"], "gpus": 1}, user="alice")
     step(svc, clock)

@@ -186,11 +186,11 @@ async def test_the_reporter_sends_the_servers_activity_to_the_queue(started, jp_
     reporter.start()
     try:
         uid = lease["uid"]
-        await _until(lambda: uid in gpuqueue_service.idle._reports, "no report reached the queue")
-        assert gpuqueue_service.idle._reports[uid][:2] == (False, None)
+        await _until(lambda: uid in gpuqueue_service.idle.reports.by_uid, "no report reached the queue")
+        assert gpuqueue_service.idle.reports.by_uid[uid][:2] == (False, None)
         # A cell starts: reported at once, not 30 s later.
         client.execute("import time\nwhile True:\n    time.sleep(0.5)")
-        await _until(lambda: gpuqueue_service.idle._reports[uid][0], "the execution was not reported at once",
+        await _until(lambda: gpuqueue_service.idle.reports.by_uid[uid][0], "the execution was not reported at once",
                      timeout=20)
         assert reporter.sent == {"busy": True, "idleSeconds": 0.0}
         # The lease ends: the queue answers 409, the reports stop.

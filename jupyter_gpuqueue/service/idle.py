@@ -243,6 +243,37 @@ class HubActivity:
         return {u: t for u, t in zip(users, results) if t is not None}
 
 
+class ServerReports:
+    """The notebook servers' own activity reports (:meth:`IdleReclaim.report`), per lease uid:
+    ``by_uid[uid] = (a kernel executing, last activity or None, received at)``, seconds by the
+    service's clock."""
+
+    def __init__(self):
+        self.by_uid: dict[str, tuple[bool, Optional[float], float]] = {}
+
+    def take(self, uid: str, report: dict, now: float) -> tuple[Optional[float], bool]:
+        """Keep ``report`` (:func:`parse_activity_report`) received ``now``: (its last activity,
+        whether ``busy`` changed or it is the lease's first report)."""
+        last = None if report["idleSeconds"] is None else now - report["idleSeconds"]
+        before = self.by_uid.get(uid)
+        self.by_uid[uid] = (report["busy"], last, now)
+        return last, before is None or before[0] != report["busy"]
+
+    def since(self, uid: str, floor: float, now: float, stale_after: float) -> Optional[float]:
+        """Since when the lease counts as idle by its server's reports (``now`` while a kernel
+        executes; never before ``floor``), None when none is fresher than ``stale_after``."""
+        reported = self.by_uid.get(uid)
+        if reported is None or now - reported[2] > stale_after:
+            return None
+        busy, last, _at = reported
+        return now if busy else max(floor, last if last is not None else 0.0)
+
+    def keep_only(self, uids: set) -> None:
+        """Forget the reports of leases that no longer run."""
+        for uid in [u for u in self.by_uid if u not in uids]:
+            del self.by_uid[uid]
+
+
 class IdleReclaim:
     """See the module docstring.
 
@@ -273,8 +304,7 @@ class IdleReclaim:
         # user -> (last activity of any server, read at, {server name: last activity})
         self._activity: dict[str, tuple[float, float, dict[str, float]]] = {}
         self._busy: dict[str, tuple[Optional[float], float]] = {}  # uid -> (last busy sample, checked at)
-        # uid -> (a kernel executing, last activity or None, received at): the server's own reports
-        self._reports: dict[str, tuple[bool, Optional[float], float]] = {}
+        self.reports = ServerReports()  # the servers' own activity
         self._policies: Optional[dict[str, dict]] = None  # namespace -> stored policy (cache)
         self._refreshing = False
         self._refreshed_mono = -math.inf
@@ -418,15 +448,12 @@ class IdleReclaim:
         report = parse_activity_report(data)
         if not is_lease(rec) or rec["state"] != RUNNING or rec["uid"] in self.live.stopping:
             raise Conflict(f"{namespace}/{name} is not a running notebook lease", "name")
-        now = self.conf.clock()
-        last = None if report["idleSeconds"] is None else now - report["idleSeconds"]
-        before = self._reports.get(rec["uid"])
-        self._reports[rec["uid"]] = (report["busy"], last, now)
+        last, changed = self.reports.take(rec["uid"], report, self.conf.clock())
         idle = self._idle_state(rec)
         if not idle.get("serverReports"):  # from now on only this server's reports count for it
             idle["serverReports"] = True
             self._save_idle(rec, idle)
-        if before is None or report["busy"] != before[0] or idle.get("deadline") is not None:
+        if changed or idle.get("deadline") is not None:
             self._checked_at = -math.inf  # a warning that this activity ends, ends now
             self.wake()
         return {"busy": report["busy"], "lastActivity": last}
@@ -473,10 +500,8 @@ class IdleReclaim:
             return
         self._checked_at = now
         leases = self.running_leases()
-        if len(self._reports) > len(leases):  # forget the reports of leases that ended
-            running = {r["uid"] for r in leases}
-            for uid in [u for u in self._reports if u not in running]:
-                del self._reports[uid]
+        if len(self.reports.by_uid) > len(leases):
+            self.reports.keep_only({r["uid"] for r in leases})
         for rec in leases:
             if rec["uid"] in self.live.stopping:
                 continue  # being released already (preempted, cancelled, its time is over)
@@ -503,12 +528,8 @@ class IdleReclaim:
         (module docstring: the server's reports where it reports, else the Hub's)."""
         now = self.conf.clock() if now is None else now
         floor = max(float(rec.get("started_at") or 0.0), float(idle.get("keptAt") or 0.0))
-        reported = self._reports.get(rec["uid"])
-        if reported is not None or idle.get("serverReports"):
-            if reported is None or now - reported[2] > self._stale_after():
-                return None
-            busy, last, _at = reported
-            return now if busy else max(floor, last if last is not None else 0.0)
+        if rec["uid"] in self.reports.by_uid or idle.get("serverReports"):
+            return self.reports.since(rec["uid"], floor, now, self._stale_after())
         act = self._activity.get(rec["owner"])
         if act is None or now - act[1] > self._stale_after():
             return None
