@@ -389,3 +389,135 @@ def test_a_named_server_lease_counts_its_own_servers_activity(env):
     assert e.value.field == "notebookServer"
     named = svc.submit({"kind": "NotebookLease", "gpus": 1, "notebookServer": {"name": "Exp 2"}}, user="alice")
     assert named["name"].startswith("notebook-exp-2-"), named["name"]
+
+
+def report(svc, user="alice", name="nb", **body):
+    """What alice's notebook server sends every $GPUQUEUE_ACTIVITY_INTERVAL (server/activity.py)."""
+    return svc.report_lease_activity("lab", name, user=user, data=body)
+
+
+def test_a_reporting_server_decides_an_open_tab_is_not_activity_and_a_busy_kernel_is(env):
+    """Issue 31 item 5: the Hub's last_activity moves with an open tab's polling (here: every
+    step); once the server reports its own activity, only that counts. A kernel executing keeps the
+    GPU however long it runs; its end starts the idle clock."""
+    build, clock, hub = env
+    svc = build()
+    svc.idle.set_policy("lab", POLICY, actor="ada")
+    w = running_lease(svc, clock, hub)
+
+    def tab_polls():
+        hub.last["alice"] = clock.t  # the tab's REST polling as the Hub sees it
+
+    # A kernel busy in a loop for two hours, no tab polling: never warned.
+    assert report(svc, busy=True, idleSeconds=0) == {"busy": True, "lastActivity": clock.t}
+    for _ in range(24):
+        step(svc, clock, 300)
+        report(svc, busy=True, idleSeconds=0)
+    assert get(svc, "nb")["idleDeadline"] is None
+    # The loop ends; the tab stays open and polls: the server says idle, the Hub active.
+    ended = clock.t
+    for _ in range(19):
+        step(svc, clock, 30)
+        tab_polls()
+        report(svc, busy=False, idleSeconds=clock.t - ended)
+    assert get(svc, "nb")["idleDeadline"] is None  # 570 s
+    step(svc, clock, 30)
+    report(svc, busy=False, idleSeconds=clock.t - ended)
+    tab_polls()
+    step(svc, clock)
+    warned = get(svc, "nb")
+    assert warned["idleDeadline"] == clock.t + 300 and warned["idleSince"] == ended
+    # An execution during the warning ends it at once (the server reports as it starts).
+    report(svc, busy=True, idleSeconds=0)
+    svc.tick()
+    assert get(svc, "nb")["idleDeadline"] is None
+    ended = clock.t
+    while get(svc, "nb")["state"] == "Running":  # idle again, with the tab open all along
+        assert clock.t - ended <= 900, "not released 600 s + 300 s after the last execution"
+        report(svc, busy=False, idleSeconds=clock.t - ended)
+        step(svc, clock, 30)
+        tab_polls()
+    assert clock.t - ended == 900
+    done = get(svc, "nb")
+    assert (done["state"], done["reason"]) == ("Succeeded", "IdleReclaimed"), done
+    assert done["idleSince"] == ended
+    with pytest.raises(Conflict, match="not a running notebook lease"):
+        report(svc, busy=False, idleSeconds=0)  # the server stops reporting then
+    assert w["uid"] not in svc.idle.reports.by_uid or svc.tick() is None
+
+
+def test_reports_that_stop_or_a_restart_never_release_and_the_hub_is_no_longer_asked(env):
+    build, clock, hub = env
+    svc = build()
+    svc.idle.set_policy("lab", POLICY, actor="ada")
+    running_lease(svc, clock, hub)
+    report(svc, busy=False, idleSeconds=0)
+    start = clock.t
+    step(svc, clock, 60)
+    report(svc, busy=False, idleSeconds=60)
+    # The server stops reporting (it hangs, the network breaks): stale after 90 s, nothing happens,
+    # although the Hub (an old last_activity) would call it idle.
+    hub.last["alice"] = start - 3600
+    for _ in range(10):
+        step(svc, clock, 600)
+    assert get(svc, "nb")["idleDeadline"] is None and get(svc, "nb")["state"] == "Running"
+    assert not any("alice" in c for c in hub.calls), "the Hub is asked about a server that reports its own activity"
+    # A restart of the service: the lease's server reported before (kept in its run record), so
+    # the Hub is not used for it; the first report after the restart decides.
+    svc.ledger.close()
+    svc2 = build()
+    for _ in range(3):
+        step(svc2, clock, 600)
+    assert get(svc2, "nb")["idleDeadline"] is None
+    report(svc2, busy=False, idleSeconds=700)
+    svc2.tick()
+    assert get(svc2, "nb")["idleDeadline"] == clock.t + 300
+
+
+def test_a_lease_whose_server_never_reports_falls_back_to_the_hub(env):
+    """KubeSpawner pods without the extension, other clients' leases: the Hub's last_activity."""
+    build, clock, hub = env
+    svc = build()
+    svc.idle.set_policy("lab", POLICY, actor="ada")
+    running_lease(svc, clock, hub, name="nb")
+    running_lease(svc, clock, hub, name="pod")
+    hub.last["alice"] = clock.t
+    report(svc, busy=True, idleSeconds=0)  # only nb's server reports
+    for _ in range(5):
+        step(svc, clock, 60)
+        report(svc, busy=True, idleSeconds=0)
+    step(svc, clock, 300)
+    report(svc, busy=True, idleSeconds=0)
+    svc.tick()
+    assert get(svc, "pod")["idleDeadline"] is not None  # the Hub: idle for 600 s
+    assert get(svc, "nb")["idleDeadline"] is None  # its kernel executes
+
+
+def test_activity_report_errors_change_nothing(env):
+    build, clock, hub = env
+    svc = build()
+    svc.idle.set_policy("lab", POLICY, actor="ada")
+    running_lease(svc, clock, hub)
+    with pytest.raises(NotFound):
+        report(svc, name="nope", busy=True)
+    with pytest.raises(Forbidden):
+        report(svc, user="bob", busy=True)
+    for body, field in [({}, "busy"), ({"busy": "yes"}, "busy"), ({"busy": 1}, "busy"),
+                        ({"busy": False, "idleSeconds": -1}, "idleSeconds"),
+                        ({"busy": False, "idleSeconds": float("nan")}, "idleSeconds"),
+                        ({"busy": False, "idleSeconds": True}, "idleSeconds"),
+                        ({"busy": False, "idleSeconds": "10"}, "idleSeconds"),
+                        ({"busy": False, "lastActivity": 0}, "lastActivity")]:
+        with pytest.raises(ValidationError) as e:
+            report(svc, **body)
+        assert e.value.field == field, (body, e.value)
+    with pytest.raises(ValidationError) as e:
+        svc.report_lease_activity("lab", "nb", user="alice", data=[True])
+    assert e.value.field == "body"
+    assert not svc.idle.reports.by_uid and not (svc.ledger.find_workload("lab", "nb")["run"] or {}).get("idle", {}).get(
+        "serverReports")
+    svc.submit({"name": "job", "command": [PY, "-c", "import time; time.sleep(30)"], "gpus": 1}, user="alice")
+    step(svc, clock)
+    with pytest.raises(Conflict, match="not a running notebook lease"):
+        report(svc, name="job", busy=False)
+    assert report(svc, busy=False) == {"busy": False, "lastActivity": None}  # none since it started

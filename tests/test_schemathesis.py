@@ -311,7 +311,7 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
         idle = [w for w in fz.workloads if w["name"] in IDLE_LEASES]
         if label.endswith("lift-budget-hold") and fz.held and rnd.random() < 0.9:
             pool = fz.held
-        elif label.endswith("keep-gpu") and idle and rnd.random() < 0.9:
+        elif (label.endswith("keep-gpu") or label.endswith("/activity")) and idle and rnd.random() < 0.9:
             pool = idle
         else:  # the held ones are kept for lift-budget-hold, the idle-warned leases for keep-gpu
             pool = ([w for w in fz.workloads if w not in fz.held and w not in idle] if rnd.random() < 0.9

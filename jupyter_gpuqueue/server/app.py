@@ -468,23 +468,35 @@ class GpuQueueApp(ExtensionApp):
 
     idle_policy = Dict(
         {},
-        help="""Idle notebook GPU reclaim (jupyterhub_config/local/README.md, "Idle notebook GPU reclaim"), the default
-        policy of every team without one set by an admin: {"idleTimeoutSeconds": int ≥
-        idle_timeout_minimum_seconds or None (off), "warnSeconds": 600, "maxKeeps": 3,
-        "utilizationBelowPercent": 5 or None}; fields left out take these values. Off by
-        default. Acts on notebook leases of the hub service (which reads activity from the Hub).""",
+        help="""Idle notebook GPU reclaim (docs/idle-reclaim.md), the default policy of every team
+        without one set by an admin: {"idleTimeoutSeconds": int ≥ idle_timeout_minimum_seconds
+        or None (off), "warnSeconds": 600, "maxKeeps": 3, "utilizationBelowPercent": 5 or None,
+        "onIdle": "stop" or "release"}; fields left out take these values. Off by default. Acts
+        on notebook leases of the hub service: activity is a kernel executing or terminal input
+        (reported by each notebook server, else read from the Hub) or GPU use (NVML).""",
     ).tag(config=True)
 
     idle_timeout_minimum_seconds = Int(
         300,
-        help="""The smallest idleTimeoutSeconds an idle policy may have (the Hub learns of a
-        server's activity every JUPYTERHUB_ACTIVITY_INTERVAL, 300 s by default).""",
+        help="""The smallest idleTimeoutSeconds an idle policy may have (servers report their
+        activity every $GPUQUEUE_ACTIVITY_INTERVAL, 30 s by default; the Hub learns of a server's
+        activity only every JUPYTERHUB_ACTIVITY_INTERVAL, 300 s by default).""",
     ).tag(config=True)
 
     idle_activity_interval = Float(
         30.0,
         help="""Seconds between reads of the notebook servers' activity from the Hub API (idle
-        notebook reclaim; only for leases of teams whose idle policy is on).""",
+        notebook reclaim; only for leases of teams whose idle policy is on and whose servers do
+        not report their own activity).""",
+    ).tag(config=True)
+
+    idle_activity_stale_seconds = Float(
+        None,
+        allow_none=True,
+        help="""Seconds after which the activity known of a lease (a server's last report, the
+        Hub's last answer) is stale: nothing is warned or released on it. None: 3 ×
+        idle_activity_interval, at least 90 s. Keep it well above the servers'
+        $GPUQUEUE_ACTIVITY_INTERVAL.""",
     ).tag(config=True)
 
     metrics_token = Unicode(
@@ -575,6 +587,10 @@ class GpuQueueApp(ExtensionApp):
             service.teams.set_visibility(self.workload_visibility.lower())
             self._use_stored_config(service)
             service.idle.configure(dict(self.idle_policy), minimum_timeout=self.idle_timeout_minimum_seconds)
+            if self.idle_activity_stale_seconds is not None:
+                if not self.idle_activity_stale_seconds > 0:
+                    raise ValidationError("must be > 0 seconds (or None)", "idle_activity_stale_seconds")
+                service.idle.stale_after = float(self.idle_activity_stale_seconds)
             if mode == "hub-service":
                 self._use_hub_teams(service)
                 self._stop_on_sigint()
@@ -687,14 +703,18 @@ class GpuQueueApp(ExtensionApp):
         return Accounts(self.os_account_template, dict(self.os_account_map), path=self.owner_job_path)
 
     _lease_watch = None  # hub-client mode on a GPU lease: lease_release.ServerLeaseWatch
+    _activity_reports = None  # hub-client mode on a GPU lease: activity.ActivityReporter
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Start the service once the server's event loop runs (restore, adopt, loop). In
-        hub-client mode on a GPU lease: watch it (new kernels without GPUs once it ends)."""
+        hub-client mode on a GPU lease: watch it (new kernels without GPUs once it ends) and report
+        this server's activity to the queue (idle reclaim: activity.py)."""
         if self.settings.get(FORWARDER_KEY) is not None and self._lease_watch is None:
+            from .activity import start_activity_reports
             from .lease_release import start_lease_watch
 
             self._lease_watch = start_lease_watch(serverapp, self.settings[FORWARDER_KEY], self.log)
+            self._activity_reports = start_activity_reports(serverapp, self.settings[FORWARDER_KEY], self.log)
         service = getattr(self, "service", None)
         if service is None or self._service_started:
             return
@@ -717,6 +737,9 @@ class GpuQueueApp(ExtensionApp):
         watch, self._lease_watch = self._lease_watch, None
         if watch is not None:
             watch.stop()
+        reports, self._activity_reports = self._activity_reports, None
+        if reports is not None:
+            reports.stop()
         service, self.service = self.service, None
         self.settings[SERVICE_KEY] = None
         web_app = getattr(self.serverapp, "web_app", None)

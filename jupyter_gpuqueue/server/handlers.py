@@ -425,6 +425,18 @@ class KeepGpuHandler(GpuQueueHandler):
         self.write_json(self.service.keep_gpu(namespace, name, user=self.user))
 
 
+class LeaseActivityHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, namespace: str, name: str):
+        """A notebook server reports its own activity for its lease, ``{"busy", "idleSeconds"}``
+        (service/idle.py; owner only: 403; 400 naming the field; 409 when it is no running
+        notebook lease; another team's: 404); answers ``{"busy", "lastActivity"}`` as taken."""
+        require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
+        self.write_json(self.service.report_lease_activity(namespace, name, user=self.user, data=self.json_body()))
+
+
 class WorkloadLogsHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
@@ -522,6 +534,7 @@ default_handlers = [
     (rf"{API_PREFIX}/workloads/{_NAME}/logs", WorkloadLogsHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/timeline", WorkloadTimelineHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/keep-gpu", KeepGpuHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}/activity", LeaseActivityHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}", WorkloadHandler),
     (rf"{API_PREFIX}/estimate", EstimateHandler),
     (rf"{API_PREFIX}/queues", QueuesHandler),

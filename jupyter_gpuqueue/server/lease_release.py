@@ -21,7 +21,13 @@ lease changes nothing):
    server's own ``os.environ``;
 2. shuts down every kernel it runs (they were started with the devices: a restart would reuse
    their saved environment, so they are shut down, not restarted; the notebooks stay open and
-   get a new kernel, without GPU, when the user picks one);
+   get a new kernel, without GPU, when the user picks one). At once where the lease ended as an
+   idle release that keeps the server (``reason`` IdleReclaimed, ``idleAction`` release); after
+   any other end the spawner stops the server, kernels included, and a shutdown of the same
+   kernels from here while jupyter_server shuts them down for its stop made that stop fail
+   (jupyter_client's ``shutdown_all`` raised InvalidStateError on a kernel whose shutdown was
+   pending, and the server hung): so they are shut down only if the server still runs
+   ``stop_grace`` seconds (30) later;
 3. keeps the outcome in :attr:`ServerLeaseWatch.released` (``{"lease", "at", "kernels"}``).
 
 JupyterLab tells the user (labextension/src/leaseWarning.ts): the page config's
@@ -58,7 +64,9 @@ class ServerLeaseWatch:
     seconds between looks; ``environ``: the environment new kernels copy (``os.environ``)."""
 
     def __init__(self, forwarder: Any, lease: str, kernel_manager: Any, *, interval: float = 10.0,
-                 environ: Optional[MutableMapping[str, str]] = None, log: Optional[logging.Logger] = None):
+                 environ: Optional[MutableMapping[str, str]] = None, log: Optional[logging.Logger] = None,
+                 stop_grace: float = 30.0):
+        self.stop_grace = max(0.0, float(stop_grace))
         self.forwarder = forwarder
         self.lease = lease
         self.kernel_manager = kernel_manager
@@ -94,15 +102,16 @@ class ServerLeaseWatch:
         while self.released is None:
             view = await self.lease_view()
             if view is not None and view.get("state") in ENDED:
+                if not (view.get("reason") == "IdleReclaimed" and view.get("idleAction") == "release"):
+                    self._hide_devices()  # the spawner stops this server: its kernels go with it
+                    await asyncio.sleep(self.stop_grace)
                 await self.lease_ended(view)
                 return
             await asyncio.sleep(self.interval)
 
     async def lease_ended(self, view: dict) -> None:
         """Hide the devices from what starts from now on, then shut down the running kernels."""
-        self.environ.update(NO_DEVICES)
-        self.environ.pop(ENV_LEASE, None)
-        self.environ[ENV_LEASE_RELEASED] = self.lease
+        self._hide_devices()
         kernels = list(self.kernel_manager.list_kernel_ids()) if self.kernel_manager is not None else []
         self.log.info("jupyter_gpuqueue: the GPU lease %s ended (%s): new kernels start without GPUs; "
                       "shutting down %d kernel(s) that held them", self.lease,
@@ -113,6 +122,11 @@ class ServerLeaseWatch:
             except Exception:  # a kernel that died meanwhile: nothing to shut down
                 self.log.warning("jupyter_gpuqueue: could not shut down kernel %s", kid, exc_info=True)
         self.released = {"lease": self.lease, "at": time.time(), "kernels": kernels}
+
+    def _hide_devices(self) -> None:
+        self.environ.update(NO_DEVICES)
+        self.environ.pop(ENV_LEASE, None)
+        self.environ[ENV_LEASE_RELEASED] = self.lease
 
     def start(self) -> None:
         if self._task is None:

@@ -10,7 +10,7 @@ was at or above ``utilizationBelowPercent`` meanwhile. Then:
    deadline; JupyterLab shows a countdown with a "Keep my GPU" button.
 2. **Keep.** The owner's ``POST workloads/{ns}/{name}/keep-gpu`` restarts the idle clock, at most
    ``maxKeeps`` times per lease (409 when no warning runs or no keep is left). New activity (a
-   kernel execution, a request to the server) also ends the warning and restarts the clock.
+   kernel execution, terminal input, GPU use) also ends the warning and restarts the clock.
 3. **Release.** At the deadline the lease is released through the path of a lease's end
    (``backend.stop`` with no grace; the loop is woken, so the GPUs go to the next workload in the
    same tick): it ends Succeeded with reason ``IdleReclaimed``, and its record keeps
@@ -30,19 +30,37 @@ most, now free for other work. A lease without a maximum lease time counts 0. Co
 (``idleReclaimedGpuHours``) and Prometheus (``gpuqueue_idle_reclaimed_gpu_hours``) sum it from the
 ledger (``Ledger.idle_reclaims``).
 
-**Activity** comes from an *activity source* (the seam tests replace): an async callable given the
-owners of the running leases and answering ``{user: last activity}`` (seconds since the epoch;
-absent: unknown), or ``{user: {server name: last activity}}`` per notebook server ("" the default
-server; JupyterHub's named servers). :class:`HubActivity` reads it from the JupyterHub API (the users' servers'
-``last_activity``: jupyterhub-singleuser reports kernel executions and requests every
-``JUPYTERHUB_ACTIVITY_INTERVAL``, 300 s by default; the service's token needs
-``read:users:activity`` and ``read:servers``). It is read every ``poll_interval`` seconds off the
-scheduling pass (tornado's AsyncHTTPClient, never blocking the loop). Nothing is warned or
-released while the activity is unknown or older than ``stale_after`` seconds (the hub was
-unreachable, the service just restarted): no lease is reclaimed on stale information. A lease that
-names its notebook server (``notebookServer.name``, hub/lease.py) counts that server's activity;
-one that names none, or whose server the source does not report, counts the most recent activity
-of any of its owner's servers.
+**Activity** is a kernel executing code, terminal input, or (where NVML answers) GPU use at or
+above ``utilizationBelowPercent``. An open JupyterLab tab is not: its polling of the server's REST
+API (``/api/kernels``, ``/api/sessions``, ``/api/contents``, the queue panel's own requests) moves
+the Hub's ``last_activity`` forward, so a tab forgotten overnight would keep its GPU if that
+counted. It comes from two places:
+
+- **The notebook server's own report** (preferred). A server in hub-client mode on a lease runs
+  :class:`jupyter_gpuqueue.server.activity.ActivityReporter`: every
+  ``$GPUQUEUE_ACTIVITY_INTERVAL`` seconds (30 by default) and at once when a kernel starts
+  executing, it sends ``POST workloads/{ns}/{name}/activity`` ``{"busy", "idleSeconds"}``
+  (:func:`parse_activity_report`) as the lease's owner. :meth:`IdleReclaim.report` keeps the
+  latest per lease: ``busy`` counts as activity *now*; otherwise the last activity is the
+  service's receive time minus ``idleSeconds`` (a duration, so that the two machines' clocks need
+  not agree). Once a lease's server has reported (``run.idle.serverReports``, kept across
+  restarts), only its reports count for it: with none fresher than ``stale_after`` (the server or
+  the service restarted, the network broke) nothing is warned or released.
+- **The Hub** (the fallback, for servers that never report: KubeSpawner pods without the
+  extension, another client's leases): an *activity source* (the seam tests replace), an async
+  callable given the owners of the running leases and answering ``{user: last activity}``
+  (seconds since the epoch; absent: unknown), or ``{user: {server name: last activity}}`` per
+  notebook server ("" the default server; JupyterHub's named servers). :class:`HubActivity` reads
+  it from the JupyterHub API (the users' servers' ``last_activity``: jupyterhub-singleuser reports
+  kernel executions and *every API request*, open tabs included, every
+  ``JUPYTERHUB_ACTIVITY_INTERVAL``, 300 s by default; the service's token needs
+  ``read:users:activity`` and ``read:servers``). It is read every ``poll_interval`` seconds off
+  the scheduling pass (tornado's AsyncHTTPClient, never blocking the loop). Nothing is warned or
+  released while the activity is unknown or older than ``stale_after`` seconds (the hub was
+  unreachable, the service just restarted): no lease is reclaimed on stale information. A lease
+  that names its notebook server (``notebookServer.name``, hub/lease.py) counts that server's
+  activity; one that names none, or whose server the source does not report, counts the most
+  recent activity of any of its owner's servers.
 
 **Policy** per team (namespace): ``{"idleTimeoutSeconds": int ≥ minimum_timeout or null (off),
 "warnSeconds": int, "maxKeeps": int, "utilizationBelowPercent": number or null (no GPU check),
@@ -85,6 +103,7 @@ DEFAULT_POLICY = {"idleTimeoutSeconds": None, "warnSeconds": 600, "maxKeeps": 3,
 ON_IDLE = ("stop", "release")
 """``onIdle``: stop the notebook server (as at a lease's end), or let it go on without its GPUs."""
 MINIMUM_TIMEOUT_SECONDS = 300
+REPORT_FIELDS = ("busy", "idleSeconds")
 
 ActivitySource = Callable[[list[str]], Awaitable[dict[str, Any]]]
 
@@ -146,6 +165,26 @@ def idle_action(rec: dict, policy: dict) -> str:
     return "stop"
 
 
+def parse_activity_report(data: Any) -> dict:
+    """A notebook server's activity report, validated: ``{"busy": bool, "idleSeconds": number ≥ 0
+    or null}``. ``busy``: a kernel of the server is executing code now; ``idleSeconds``: seconds
+    since the server's last activity (a kernel's execution ended, terminal input), null when it
+    had none since it started. ValidationError names the field and the reason."""
+    if not isinstance(data, dict):
+        raise ValidationError(f"must be a JSON object, got {type(data).__name__}", "body")
+    unknown = sorted(set(data) - set(REPORT_FIELDS))
+    if unknown:
+        raise ValidationError(f"unknown field; expected {', '.join(REPORT_FIELDS)}", unknown[0])
+    if not isinstance(data.get("busy"), bool):
+        raise ValidationError(f"must be true or false (a kernel is executing now), got {data.get('busy')!r}", "busy")
+    idle = data.get("idleSeconds")
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float))
+                             or not math.isfinite(idle) or not 0 <= idle <= 366 * 86400):
+        raise ValidationError(f"must be seconds from 0 to 31622400 since the last activity, or null (none "
+                              f"since the server started), got {idle!r}", "idleSeconds")
+    return {"busy": data["busy"], "idleSeconds": None if idle is None else float(idle)}
+
+
 def parse_timestamp(text: Any) -> Optional[float]:
     """JupyterHub's ISO 8601 time (``2026-11-03T10:00:00.123456Z``) as seconds since the epoch;
     None for None or text that is not one."""
@@ -204,6 +243,37 @@ class HubActivity:
         return {u: t for u, t in zip(users, results) if t is not None}
 
 
+class ServerReports:
+    """The notebook servers' own activity reports (:meth:`IdleReclaim.report`), per lease uid:
+    ``by_uid[uid] = (a kernel executing, last activity or None, received at)``, seconds by the
+    service's clock."""
+
+    def __init__(self):
+        self.by_uid: dict[str, tuple[bool, Optional[float], float]] = {}
+
+    def take(self, uid: str, report: dict, now: float) -> tuple[Optional[float], bool]:
+        """Keep ``report`` (:func:`parse_activity_report`) received ``now``: (its last activity,
+        whether ``busy`` changed or it is the lease's first report)."""
+        last = None if report["idleSeconds"] is None else now - report["idleSeconds"]
+        before = self.by_uid.get(uid)
+        self.by_uid[uid] = (report["busy"], last, now)
+        return last, before is None or before[0] != report["busy"]
+
+    def since(self, uid: str, floor: float, now: float, stale_after: float) -> Optional[float]:
+        """Since when the lease counts as idle by its server's reports (``now`` while a kernel
+        executes; never before ``floor``), None when none is fresher than ``stale_after``."""
+        reported = self.by_uid.get(uid)
+        if reported is None or now - reported[2] > stale_after:
+            return None
+        busy, last, _at = reported
+        return now if busy else max(floor, last if last is not None else 0.0)
+
+    def keep_only(self, uids: set) -> None:
+        """Forget the reports of leases that no longer run."""
+        for uid in [u for u in self.by_uid if u not in uids]:
+            del self.by_uid[uid]
+
+
 class IdleReclaim:
     """See the module docstring.
 
@@ -211,7 +281,8 @@ class IdleReclaim:
     ``ledger`` (policies, run records), the ``backend`` (releases the lease), ``billing`` (a
     lease's GPU-equivalents), ``costs`` (whether NVML answers), ``events`` and ``wake``.
     Settings: ``default_policy``, ``minimum_timeout``, ``activity_source`` (None: off; the hub
-    service sets :class:`HubActivity`), ``poll_interval`` and ``stale_after`` (seconds)."""
+    service sets :class:`HubActivity`), ``poll_interval`` and ``stale_after`` (seconds). The
+    servers' own reports come in through :meth:`report`."""
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", backend: "Backend",
                  billing: "Billing", costs: "Costs", events: "EventHub", wake: Callable[[], None],
@@ -233,6 +304,7 @@ class IdleReclaim:
         # user -> (last activity of any server, read at, {server name: last activity})
         self._activity: dict[str, tuple[float, float, dict[str, float]]] = {}
         self._busy: dict[str, tuple[Optional[float], float]] = {}  # uid -> (last busy sample, checked at)
+        self.reports = ServerReports()  # the servers' own activity
         self._policies: Optional[dict[str, dict]] = None  # namespace -> stored policy (cache)
         self._refreshing = False
         self._refreshed_mono = -math.inf
@@ -329,14 +401,16 @@ class IdleReclaim:
         return out
 
     async def refresh(self) -> None:
-        """Read the activity of the owners of the running leases whose team's policy is on."""
+        """Read from the Hub the activity of the owners of the running leases whose team's policy is
+        on and whose servers do not report their own."""
         source = self.activity_source
         if source is None:
             return
         self._refreshing = True
         try:
-            users = sorted({r["owner"] for r in self.running_leases()
-                            if self.policy(r["namespace"])["idleTimeoutSeconds"] is not None})
+            users = sorted({r["owner"] for r in self.running_leases()  # servers that report: not asked
+                            if self.policy(r["namespace"])["idleTimeoutSeconds"] is not None
+                            and not self._idle_state(r).get("serverReports")})
             if not users:
                 return
             found = await source(users)
@@ -361,6 +435,28 @@ class IdleReclaim:
                 self._activity[user] = (max(per_server.values()), read_at, per_server)
         elif at is not None:
             self._activity[user] = (float(at), read_at, {})
+
+    def report(self, namespace: str, name: str, *, user: str, data: Any) -> dict:
+        """A notebook server's report of its own activity (:func:`parse_activity_report`) for its
+        lease ``namespace/name``, sent as the lease's owner. NotFound; Forbidden (not the owner);
+        ValidationError naming the field; Conflict when it is no running notebook lease (the server
+        stops reporting then). Nothing is stored on an error. Answers ``{"busy", "lastActivity"}``
+        as the service took it (seconds since the epoch by the service's clock, or null)."""
+        rec = self.live.record(namespace, name)
+        if rec["owner"] != user:
+            raise Forbidden(f"workload {namespace}/{name} belongs to {rec['owner']}", "name")
+        report = parse_activity_report(data)
+        if not is_lease(rec) or rec["state"] != RUNNING or rec["uid"] in self.live.stopping:
+            raise Conflict(f"{namespace}/{name} is not a running notebook lease", "name")
+        last, changed = self.reports.take(rec["uid"], report, self.conf.clock())
+        idle = self._idle_state(rec)
+        if not idle.get("serverReports"):  # from now on only this server's reports count for it
+            idle["serverReports"] = True
+            self._save_idle(rec, idle)
+        if changed or idle.get("deadline") is not None:
+            self._checked_at = -math.inf  # a warning that this activity ends, ends now
+            self.wake()
+        return {"busy": report["busy"], "lastActivity": last}
 
     def _schedule_refresh(self) -> None:
         if self.activity_source is None or self._refreshing:
@@ -403,7 +499,10 @@ class IdleReclaim:
         if now - self._checked_at < 1.0:
             return
         self._checked_at = now
-        for rec in self.running_leases():
+        leases = self.running_leases()
+        if len(self.reports.by_uid) > len(leases):
+            self.reports.keep_only({r["uid"] for r in leases})
+        for rec in leases:
             if rec["uid"] in self.live.stopping:
                 continue  # being released already (preempted, cancelled, its time is over)
             if (rec.get("run") or {}).get("idleReclaimed"):
@@ -423,15 +522,20 @@ class IdleReclaim:
         rec["run"] = run
         rec.update(fields)
 
-    def idle_since(self, rec: dict, idle: dict) -> Optional[float]:
-        """Since when the lease counts as idle by what is known (start, keep, activity), None when
-        its owner's activity is unknown."""
+    def idle_since(self, rec: dict, idle: dict, now: Optional[float] = None) -> Optional[float]:
+        """Since when the lease counts as idle by what is known (start, keep, activity; ``now``
+        while its server reports a kernel executing), None when its activity is unknown or stale
+        (module docstring: the server's reports where it reports, else the Hub's)."""
+        now = self.conf.clock() if now is None else now
+        floor = max(float(rec.get("started_at") or 0.0), float(idle.get("keptAt") or 0.0))
+        if rec["uid"] in self.reports.by_uid or idle.get("serverReports"):
+            return self.reports.since(rec["uid"], floor, now, self._stale_after())
         act = self._activity.get(rec["owner"])
-        if act is None:
+        if act is None or now - act[1] > self._stale_after():
             return None
         server = (notebook_server(rec) or {}).get("name")
         last = act[2].get(server, act[0]) if isinstance(server, str) else act[0]
-        return max(float(rec.get("started_at") or 0.0), float(idle.get("keptAt") or 0.0), last)
+        return max(floor, last)
 
     def _check(self, rec: dict, now: float) -> None:
         policy = self.policy(rec["namespace"])
@@ -442,14 +546,13 @@ class IdleReclaim:
             if warned:  # the policy was turned off meanwhile
                 self._end_warning(rec, idle)
             return
-        act = self._activity.get(rec["owner"])
-        if act is None or now - act[1] > self._stale_after():
+        since = self.idle_since(rec, idle, now)
+        if since is None:
             return  # unknown or stale activity: never warn or release on it
-        since = self.idle_since(rec, idle)
         busy = self._busy_since(rec, since, policy["utilizationBelowPercent"], now) if now - since >= timeout else None
         if busy is not None:
             since = busy
-        if warned and since > float(idle["warnedAt"]):
+        if warned and (since > float(idle["warnedAt"]) or since >= now):  # since == now: a kernel executes
             self._end_warning(rec, idle)  # activity (or GPU work) after the warning began
             return
         if not warned:

@@ -410,6 +410,10 @@ class QueueService:
         self.idle.keep(namespace, name, user=user)
         return self.views.view(self.live.record(namespace, name))
 
+    def report_lease_activity(self, namespace: str, name: str, *, user: str, data) -> dict:
+        """:meth:`IdleReclaim.report`: a notebook server's own activity, for its lease."""
+        return self.idle.report(namespace, name, user=user, data=data)
+
     # -- logs ----------------------------------------------------------------------------------------
     def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:
         """:meth:`Logs.read_log`."""

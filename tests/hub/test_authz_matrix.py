@@ -154,6 +154,8 @@ def request_for(hub, method: str, path: str, job: dict) -> tuple[str, dict]:
         kw["json"] = {"monthlyUSD": 5000, "warnAt": 0.8, "hard": False}
     elif (method, path) == ("PUT", "/admin/idle-policy/{namespace}"):
         kw["json"] = {"idleTimeoutSeconds": None}  # off, as by default
+    elif (method, path) == ("POST", "/workloads/{namespace}/{name}/activity"):
+        kw["json"] = {"busy": False, "idleSeconds": 0}
     elif (method, path) == ("PUT", "/admin/webhooks/{namespace}"):
         kw["json"] = {"url": None}  # none, as by default
     return concrete.lstrip("/"), kw

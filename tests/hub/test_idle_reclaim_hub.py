@@ -1,15 +1,18 @@
 """Idle notebook GPU reclaim with a real JupyterHub, configurable-http-proxy, the gpuqueue hub
 service and the shipped example configuration (jupyterhub_config/local/, spawner.py included).
 
-The service reads the servers' ``last_activity`` from the Hub API with its own token (the
-``gpuqueue-service`` role: ``read:users:activity``, ``read:servers``). Timeouts are seconds here
-(``--GpuQueueApp.idle_timeout_minimum_seconds=1``; the Hub is read every 0.5 s) instead of minutes.
+Each user's server reports its own activity to the service (server/activity.py, every 0.5 s
+here: ``GPUQUEUE_ACTIVITY_INTERVAL``): a kernel executing, terminal input; the Hub's
+``last_activity`` (which every API request moves) is not used for such a server. Timeouts are
+seconds here (``--GpuQueueApp.idle_timeout_minimum_seconds=1``) instead of minutes.
 
 alice's A100 server is idle: the admin turns the policy on for team-a; the lease is warned
 (``idleDeadline``, read through alice's own server as JupyterLab reads it), alice keeps it once
-through her server, activity reported to the Hub keeps it alive, then with no keep left it is
-released: the spawner stops her server and alice's queued 4-GPU job gets the GPUs at once. The
-GPU-hours reclaimed are in the teams report and in Prometheus.
+through her server, a kernel executing a cell keeps it alive, then with no keep left it is
+released although the Hub is told of activity all along (as an open tab's polling tells it): the
+spawner stops her server and alice's queued 4-GPU job gets the GPUs at once. The GPU-hours
+reclaimed are in the teams report and in Prometheus. (An open JupyterLab tab in Chromium:
+test_idle_tab_browser.py.)
 
 With ``onIdle: "release"`` the server goes on without its GPU instead: the lease ends (the queued
 job starts at once), the server still answers, the kernel that held the GPU is shut down, and a
@@ -62,7 +65,9 @@ c.QueuedLocalSpawner.poll_interval = 15
 c.QueuedLocalSpawner.gpuqueue_release_retry_seconds = 0
 c.JupyterHub.allow_named_servers = True
 # The servers' extension looks at their lease every 0.5 s (10 s by default).
-c.Spawner.environment = {**c.Spawner.environment, "GPUQUEUE_LEASE_WATCH_INTERVAL": "0.5"}
+c.Spawner.environment = {**c.Spawner.environment, "GPUQUEUE_LEASE_WATCH_INTERVAL": "0.5",
+                         # ... and report their activity to the queue every 0.5 s (30 s by default)
+                         "GPUQUEUE_ACTIVITY_INTERVAL": "0.5"}
 # JupyterHub notices a managed service that exited (and starts it again) at its next poll, every
 # 30 s by default: every second here.
 from jupyterhub.services.service import _ServiceSpawner
@@ -157,24 +162,40 @@ def test_idle_notebook_is_warned_kept_then_released_and_its_gpus_go_to_the_queue
     r = ihub.request("POST", f"user/alice/gpuqueue/api/{path}/keep-gpu", alice)
     assert r.status_code == 409 and "no idle warning" in r.json()["message"]
 
-    # Activity reported to the Hub (a kernel execution) keeps it from being idle.
-    t_end = time.monotonic() + TIMEOUT + 3
-    while time.monotonic() < t_end:
-        _report_activity(ihub, alice)
-        assert ihub.queue("GET", path, alice).json()["idleDeadline"] is None
-        time.sleep(0.5)
+    # A kernel executing a cell that runs longer than the timeout keeps it from being idle.
+    kid, _env = _start_kernel(ihub, alice)
+    ws = _execute(ihub, alice, kid, f"import time; time.sleep({TIMEOUT + 4})")
+    try:
+        _wait(lambda: _kernel_state(ihub, alice, kid) == "busy", 30, "the cell does not run", ihub)
+        t_end = time.monotonic() + TIMEOUT + 2
+        while time.monotonic() < t_end:
+            assert ihub.queue("GET", path, alice).json()["idleDeadline"] is None
+            time.sleep(0.5)
+        _wait(lambda: _kernel_state(ihub, alice, kid) == "idle", 30, "the cell does not end", ihub)
+    finally:
+        ws.close()
 
-    # Idle again, no keep left: warned, then released at the deadline.
-    warned = _wait(lambda: (lambda w: w if w["idleDeadline"] else None)(ihub.queue("GET", path, alice).json()),
-                   TIMEOUT + 10, "no second warning", ihub)
+    # Idle again, no keep left: warned, then released at the deadline, although the Hub hears of
+    # activity all along (what an open tab's polling tells it): alice's server reports its own.
+    def warned_while_the_hub_hears_activity():
+        _report_activity(ihub, alice)
+        w = ihub.queue("GET", path, alice).json()
+        return w if w["idleDeadline"] else None
+
+    warned = _wait(warned_while_the_hub_hears_activity, TIMEOUT + 15, "no second warning", ihub)
     assert warned["idleKeepsLeft"] == 0
     r = ihub.queue("POST", f"{path}/keep-gpu", alice)
     assert r.status_code == 409 and "no keeps left" in r.json()["message"]
     assert ihub.queue("GET", "workloads/team-a/big", alice).json()["state"] == "Pending"
-    done = _wait(lambda: (lambda w: w if w["state"] != "Running" else None)(ihub.queue("GET", path, alice).json()),
-                 WARN + 10, "the idle lease was not released", ihub)
+    def released_while_the_hub_hears_activity():
+        _report_activity(ihub, alice)
+        w = ihub.queue("GET", path, alice).json()
+        return w if w["state"] != "Running" else None
+
+    done = _wait(released_while_the_hub_hears_activity, WARN + 10, "the idle lease was not released", ihub)
     assert (done["state"], done["reason"]) == ("Succeeded", "IdleReclaimed"), done
     assert done["finishedAt"] == pytest.approx(warned["idleDeadline"], abs=1.0)
+    assert done["idleSince"] == pytest.approx(warned["idleSince"], abs=1.5)  # the cell's end
     assert "idle notebook reclaim" in done["message"]
     # Its GPU goes to the queued job at once, and the spawner stops the server (its lease watch).
     big = _wait(lambda: (lambda w: w if w["state"] in ("Running", "Succeeded") else None)(
@@ -219,6 +240,32 @@ def _start_kernel(hub, token, server_path="user/alice/"):
     assert r.status_code == 201, r.text
     kid = r.json()["id"]
     return kid, _wait(lambda: _kernel_env(kid), 30, f"kernel {kid} did not start", hub)
+
+
+def _execute(hub, token, kernel_id, code, server_path="user/alice/"):
+    """Send ``code`` to the kernel as JupyterLab does (an ``execute_request`` on its websocket,
+    jupyter_server's JSON protocol); returns the open websocket (close it when done)."""
+    import uuid
+
+    import websocket
+
+    ws = websocket.create_connection(
+        f"{hub.url.replace('http', 'ws', 1)}{server_path}api/kernels/{kernel_id}/channels",
+        header=[f"Authorization: token {token}"], timeout=30)
+    session = uuid.uuid4().hex
+    ws.send(json.dumps({
+        "header": {"msg_id": uuid.uuid4().hex, "username": "alice", "session": session,
+                   "msg_type": "execute_request", "version": "5.3",
+                   "date": datetime.now(timezone.utc).isoformat()},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                    "allow_stdin": False, "stop_on_error": True}}))
+    return ws
+
+
+def _kernel_state(hub, token, kernel_id, server_path="user/alice/"):
+    r = hub.request("GET", f"{server_path}api/kernels/{kernel_id}", token)
+    return r.json().get("execution_state") if r.status_code == 200 else None
 
 
 def _leases(hub, token, state="Running"):
