@@ -40,6 +40,8 @@ from pathlib import Path
 import pytest
 import requests
 
+import liveprocs
+from liveprocs import DeviceWatch
 from servertools import Launcher, RunningServer, ServerSetup
 
 pytestmark = pytest.mark.slow
@@ -156,6 +158,7 @@ class Queue:
         self.lock = threading.Lock()
         self.counter = 0
         self.errors: list[BaseException] = []  # raised in submitter threads: re-raised by join()
+        self.job_env = {"MARKS": str(self.marks)}  # what tells this queue's job processes (liveprocs)
 
     def job(self, seconds: str = "") -> dict:
         """A short real job: records its pid and devices in marks/<uid>, then sleeps (0.2 s, one in
@@ -222,7 +225,8 @@ def _submitters(q: Queue, n_threads: int, per_thread: int) -> list[threading.Thr
 def _join(q: Queue, threads: list[threading.Thread]) -> None:
     """Join the submitter threads; the first exception one of them raised is raised here."""
     for t in threads:
-        t.join(30)
+        t.join(60)
+        assert not t.is_alive(), "a submitter thread did not end within 60 s"
     if q.errors:
         raise q.errors[0]
 
@@ -377,6 +381,7 @@ def check_invariants(q: Queue, where: str) -> None:
             assert holder.get(dev) == uid or after[uid]["state"] in LIVE and any(
                 dev == (p["node"], d) for p in after[uid]["admission"]["placements"] for d in p["devices"]
             ), (where, dev, key)
+    liveprocs.check(q.job_env, where)  # the truth: /proc/<pid>/environ of every live job process
     processes = live_job_processes(q)
     busy: dict[str, str] = {}
     for uid, procs in processes.items():
@@ -467,18 +472,23 @@ def test_kill9_during_bursts_and_drains_loses_nothing_postgresql(tmp_path, launc
 
 
 def _kill9_trials(q: Queue, seed: int) -> None:
+    watch = DeviceWatch(q.job_env).start()  # the live processes' devices, all along (tests/liveprocs.py)
     try:
         for trial in range(TRIALS):
             kind = (burst_then_kill, drain_then_kill)[(trial + seed) % 2]
             kind(q)
             check_invariants(q, f"seed {seed} trial {trial} ({kind.__name__})")
+            watch.check(f"seed {seed} trial {trial} ({kind.__name__})")
         assert q.acked, "no submission was acknowledged at all"
         drain_and_check_final(q)
         assert q.adopted, "no running job was ever adopted after a restart"
+        watch.stop()
+        assert watch.runs_seen, "the device watch saw no job process"
     except BaseException:
         print(q.server.log_tail(80))
         raise
     finally:
+        watch._stop.set()
         q.server.stop()
 
 
@@ -559,6 +569,7 @@ def failpoint_kill(q: Queue, point: str, nth: int) -> dict:
     stop.set()
     for t in threads:
         t.join(40)
+        assert not t.is_alive(), f"failpoint {point}:{nth}: a client thread did not end within 40 s"
     if errors:
         raise errors[0]
     q.server.kill9()  # reap it
@@ -703,7 +714,7 @@ def marked_job(marks: Path, name: str, seconds: float, *, ignore_term: bool = Fa
     if ignore_term:
         script = "trap '' TERM; " + script
     return {"name": name, "command": ["sh", "-c", script + f"exec sleep {seconds}"], "gpus": 1,
-            "priorityClass": priority, "maxRuntime": "2m"}
+            "priorityClass": priority, "maxRuntime": "2m", "env": {"MARKS": str(marks)}}
 
 
 def tick_until(svc, pred, timeout=30.0):
@@ -813,3 +824,115 @@ def test_preempted_job_is_requeued_not_failed_across_a_restart(make, ignore_term
     ivs = b.ledger.intervals(low["uid"])
     assert len(ivs) == 2 and all(iv["end"] is not None for iv in ivs)
     assert b.ledger.open_intervals() == []
+
+
+# -- a preemptor starts only after its victims' processes are gone (live processes, liveprocs.py) -----
+#
+# The ClusterQueue's quota (2 GPUs) is larger than the node (1 GPU): the high-priority job's quota
+# fits, its pod does not, so it preempts the low one for its device (placement preemption). The
+# victim ignores SIGTERM (a job checkpointing), so it runs on for the whole grace period after it
+# was told to stop: its device must stay its own until its process is gone, also when the server
+# dies during the preemption. A DeviceWatch reads every live job process's CUDA_VISIBLE_DEVICES
+# all along; the test also checks that the victim's process was gone when the preemptor's started.
+
+@pytest.fixture
+def make_by_device(tmp_path):
+    from servicetools import service_factory, stop_jobs
+
+    (tmp_path / "marks").mkdir()
+    build = service_factory(tmp_path, ONE_GPU.replace("nominalQuota: 1", "nominalQuota: 2"), ONE_GPU_INVENTORY,
+                            default_local_queue="one/q", stop_grace_seconds=1.5)
+    build.marks = tmp_path / "marks"
+    yield build
+    stop_jobs(build.services)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_preemptor_starts_only_after_its_victims_process_is_gone(make_by_device, restart):
+    make, marks = make_by_device, make_by_device.marks
+    with DeviceWatch({"MARKS": str(marks)}, interval=0.01) as watch:
+        a = make()
+        a.submit(marked_job(marks, "low", 30, ignore_term=True, once=True), user="alice")
+        tick_until(a, lambda: wl_state(a, "low") == "Running" and runs(marks, "low"))
+        victim = int(runs(marks, "low")[0])
+        a.submit(marked_job(marks, "high", 0.3, priority="high"), user="alice")
+        tick_until(a, lambda: "Preempted" in (a.get_workload("one", "low")["message"] or ""))
+        assert _start_ticks(victim) is not None, "the victim should still be stopping (it ignores SIGTERM)"
+        b = a
+        if restart:
+            a.ledger.close()  # the server dies during the preemption
+            b = make()
+        victim_gone_first = []
+
+        def high_ran():
+            b.tick()
+            if runs(marks, "high") and not victim_gone_first:
+                victim_gone_first.append(_start_ticks(victim) is None)
+            return wl_state(b, "high") == "Succeeded"
+
+        tick_until(b, high_ran)
+        watch.check("preemption")
+        assert victim_gone_first == [True], "high started on GPU 0 while the preempted low job's process still ran"
+        tick_until(b, lambda: wl_state(b, "low") == "Succeeded")
+        assert b.get_workload("one", "low")["evictions"] == 1
+    assert len(watch.runs_seen) >= 2 and watch.looks > 10, (watch.runs_seen, watch.looks)  # low and high at least
+
+
+PREEMPTION_ROUNDS = 4
+
+
+def test_kill9_during_preemptions_never_gives_a_device_twice(tmp_path, launcher):
+    """The same on a real server killed with SIGKILL at a random moment of each preemption (before
+    the victim is chosen, while it stops, or after the preemptor started): a DeviceWatch reads the
+    live job processes all along; every round, the preemptor and the victim (run again) succeed."""
+    rng = random.Random(41)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    setup = ServerSetup(tmp_path / "q", ONE_GPU.replace("nominalQuota: 1", "nominalQuota: 2"), ONE_GPU_INVENTORY)
+    server = launcher.start(setup)
+    env = {"MARKS": str(marks)}
+
+    def job(name, priority, script):
+        return {"name": name, "localQueue": "one/q", "priorityClass": priority, "gpus": 1, "maxRuntime": "2m",
+                "env": env, "command": ["sh", "-c", f'echo $$ >> "$MARKS/{name}"; ' + script]}
+
+    def state(name):
+        return server.request("GET", f"workloads/one/{name}").json()["state"]
+
+    def wait_for(pred, what, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, f"{what}\n{server.log_tail()}"
+            time.sleep(0.05)
+
+    kills_while_stopping = 0
+    try:
+        with DeviceWatch(env, interval=0.01) as watch:
+            for i in range(PREEMPTION_ROUNDS):
+                low, high = f"low-{i}", f"high-{i}"
+                # the victim checkpoints for 1.5 s when told to stop (SIGTERM), then exits; run
+                # again after its preemption, it finds its mark and ends at once
+                r = server.request("POST", "workloads", json=job(low, "low", (
+                    f'[ "$(wc -l < "$MARKS/{low}")" -gt 1 ] && exit 0; '
+                    "trap 'sleep 1.5; exit 0' TERM; sleep 60 & wait")))
+                assert r.status_code == 201, r.text
+                wait_for(lambda: state(low) == "Running" and runs(marks, low), f"{low} never ran")
+                victim = int(runs(marks, low)[0])
+                r = server.request("POST", "workloads", json=job(high, "high", "exec sleep 0.3"))
+                assert r.status_code == 201, r.text
+                time.sleep(rng.uniform(0.0, 2.0))
+                kills_while_stopping += _start_ticks(victim) is not None and not runs(marks, high)  # noqa: E501
+                server.kill9()
+                server = launcher.start(setup)
+                wait_for(lambda: state(high) == "Succeeded", f"{high} never succeeded")
+                wait_for(lambda: state(low) == "Succeeded", f"{low} never succeeded after its preemption")
+                assert server.request("GET", f"workloads/one/{low}").json()["evictions"] == 1
+                watch.check(f"round {i}")
+        assert len(watch.runs_seen) >= 2 * PREEMPTION_ROUNDS, watch.runs_seen
+        print(f"kills while the victim was stopping: {kills_while_stopping} of {PREEMPTION_ROUNDS}")
+        assert kills_while_stopping > 0, "no kill landed while a victim was stopping"
+    except BaseException:
+        print(server.log_tail(80))
+        raise
+    finally:
+        server.stop()
