@@ -143,10 +143,11 @@ def launcher():
 class Queue:
     """A queue's setup, its current server, and what clients were told."""
 
-    def __init__(self, base: Path, launcher: Launcher, rng: random.Random, db_url: str = ""):
+    def __init__(self, base: Path, launcher: Launcher, rng: random.Random, db_url: str = "",
+                 cluster: str = CLUSTER):
         self.db_url = db_url  # "" : the setup's SQLite file
         extra = f"c.GpuQueueApp.db_url = {db_url!r}\n" if db_url else ""
-        self.setup = ServerSetup(base, CLUSTER, INVENTORY, extra_config=extra)
+        self.setup = ServerSetup(base, cluster, INVENTORY, extra_config=extra)
         self.marks = base / "marks"
         self.marks.mkdir()
         self.launcher = launcher
@@ -396,21 +397,28 @@ def check_invariants(q: Queue, where: str) -> None:
         for iv in ivs:
             assert iv["end"] is None or iv["end"] >= iv["start"], (where, r["name"], iv)
         open_ = [iv for iv in ivs if iv["end"] is None]
-        if r["state"] in LIVE:
-            assert ivs and len(open_) == len(ivs), (where, r["name"], r["state"], ivs)
+        if r["state"] in LIVE:  # its admission's intervals open (earlier admissions' closed)
+            assert open_ and (len(open_) == len(ivs) or r["evictions"]), (where, r["name"], r["state"], ivs)
         else:
             assert not open_, f"{where}: {r['name']} is {r['state']} with an open interval"
         if r["state"] in FINISHED and ivs:
-            for iv in ivs:  # closed when the job finished (one admission each here: no preemption)
+            # closed when the job finished; with preemptions, its earlier admissions' intervals
+            # before (when it went back to the queue), its last admission's (if it ended admitted)
+            # when it finished
+            last = ivs if not r["evictions"] else [
+                iv for iv in ivs if r["admitted_at"] is not None and iv["start"] >= r["admitted_at"] - 1e-6]
+            for iv in last:
                 assert iv["end"] == pytest.approx(max(iv["start"], r["finished_at"]), abs=1e-6), (where, r, iv)
+            for iv in ivs:
+                assert iv["end"] <= r["finished_at"] + 1e-6, (where, r, iv)
         if r["state"] == "Succeeded":
             assert ivs, f"{where}: {r['name']} ran but has no usage interval"
             rec = _exit_record(r["run"])
             assert rec is not None and r["finished_at"] == pytest.approx(rec["finishedAt"], abs=1e-6), \
                 f"{where}: {r['name']} closed at {r['finished_at']}, its job ended at {rec}"
             assert r["started_at"] <= r["finished_at"]
-        if r["state"] == "Pending":
-            assert not ivs and r["admission"] is None, (where, r)
+        if r["state"] == "Pending":  # never admitted, or back in the queue after a preemption
+            assert (not ivs or r["evictions"]) and r["admission"] is None, (where, r)
 
     # 4. running jobs adopted: the same process (pid and start time), or it ended since
     for uid, r in rows.items():
@@ -454,6 +462,8 @@ def drain_and_check_final(q: Queue, timeout: float = 90.0) -> None:
             assert uid in q.cancelled and len(lines) <= 1, (r["name"], lines)
         else:
             assert (r["state"], r["exit_code"]) == ("Succeeded", 0), f"{r['name']}: {r['state']} {r['message']}"
+            # (a job run again after its preemption finds its mark and ends before writing one:
+            # see quota_commit_scenario)
             assert len(lines) == 1, f"{r['name']} ran {len(lines)} times: {lines}"
         assert all(iv["end"] is not None for iv in intervals[uid])
     assert q.adopted <= set(rows)
@@ -632,6 +642,180 @@ def test_failpoint_kills_inside_the_group_commit_postgresql(tmp_path, launcher, 
     q = Queue(tmp_path, launcher, random.Random(6), db_url=postgres_url)
     try:
         _failpoint_trials(q)
+    except BaseException:
+        print(q.server.log_tail(80))
+        raise
+    finally:
+        q.server.stop()
+
+
+# -- kills inside every commit that changes quota or money (ledger/failpoints.py) --------------------
+#
+# GPUQUEUE_FAILPOINT=<commit>:<before|after>:<N> arms the server to SIGKILL itself at the Nth
+# admission, finish, cancel, requeue (a preempted job back to the queue) or preemption (the
+# eviction recorded before the victim is stopped) commit. One scenario hits each of them: short
+# jobs (admitted, finished), a long low-priority job preempted by a high one in the same
+# ClusterQueue (preempt, then requeue once it is gone), and a long job cancelled by its owner.
+# The server restarts unarmed; then check_invariants (every acknowledged submission once, no device
+# twice in the ledger, the API or the live processes, intervals closed exactly when the job ended,
+# quotas never over-committed), and every cancel the client saw answered is Cancelled in the ledger
+# (acknowledged => written); a cancel killed at its commit was never answered. Every armed kill
+# must land: kills are counted per commit and each count asserted > 0.
+
+QUOTA_COMMIT_KILLS = [("admit", "before", 1), ("admit", "after", 2), ("finish", "before", 1),
+                      ("finish", "after", 2), ("cancel", "before", 1), ("cancel", "after", 1),
+                      ("preempt", "before", 1), ("preempt", "after", 1), ("requeue", "before", 1),
+                      ("requeue", "after", 1)]
+
+# test_crash's CLUSTER without the cohort (no borrowing: the high job must preempt), preempting
+QUOTA_CLUSTER = CLUSTER.replace("  cohort: lab\n", "  preemption: {withinClusterQueue: LowerPriority}\n").replace(
+    ", borrowingLimit: 1", "") + """
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+
+
+class ServerDied(Exception):
+    pass
+
+
+def quota_commit_scenario(q: Queue, tag: str, cancels: dict) -> None:
+    """Drive the server through every commit kind (see above) until it dies (ServerDied) or the
+    scenario ends. ``cancels``: name -> "answered" / "unanswered", the cancels the client sent."""
+    session = requests.Session()
+
+    def call(method, path, **kw):
+        try:
+            return q.server.request(method, path, session, timeout=30, **kw)
+        except requests.RequestException as exc:
+            raise ServerDied(str(exc)) from exc
+
+    def submit(name, seconds, queue="one/q", priority="low", gpus=1):
+        # a job run again after its preemption finds its mark and ends at once
+        req = {"name": name, "localQueue": queue, "priorityClass": priority, "gpus": gpus, "maxRuntime": "2m",
+               "env": {"MARKS": str(q.marks)},
+               "command": ["sh", "-c", '[ -s "$MARKS/$GPUQUEUE_WORKLOAD_UID" ] && exit 0; '
+                           'echo "$$ $CUDA_VISIBLE_DEVICES" >> "$MARKS/$GPUQUEUE_WORKLOAD_UID"; '
+                           f"exec sleep {seconds}"]}
+        r = call("POST", "workloads", json=req)
+        assert r.status_code == 201, r.text
+        wl = r.json()
+        with q.lock:
+            q.acked[wl["uid"]] = f"{wl['namespace']}/{wl['name']}"
+
+    def state(ns, name):
+        return call("GET", f"workloads/{ns}/{name}").json()["state"]
+
+    def wait(pred, what, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    try:
+        for i in range(2):  # admissions, then finishes
+            submit(f"{tag}-short-{i}", "0.2")
+        wait(lambda: all(state("one", f"{tag}-short-{i}") == "Succeeded" for i in range(2)), "short jobs")
+        submit(f"{tag}-low", "30", queue="two/q", gpus=2)  # all of cq-two's quota
+        wait(lambda: state("two", f"{tag}-low") == "Running", "low job")
+        submit(f"{tag}-high", "0.2", queue="two/q", priority="high")  # preempts it
+        wait(lambda: state("two", f"{tag}-high") == "Succeeded", "preemptor")
+        submit(f"{tag}-long", "30")
+        wait(lambda: state("one", f"{tag}-long") == "Running", "long job")
+        cancels[f"one/{tag}-long"] = "unanswered"
+        r = call("DELETE", f"workloads/one/{tag}-long")
+        assert r.status_code == 200 and r.json()["state"] == "Cancelled", r.text
+        cancels[f"one/{tag}-long"] = "answered"
+    finally:
+        session.close()
+
+
+def quota_commit_kill(q: Queue, commit: str, point: str, nth: int, trial: int) -> dict:
+    """One armed server's life: the scenario until the failpoint kills it; restart unarmed."""
+    q.server.stop()
+    base_env = q.setup.env
+    q.setup.env = lambda: {**base_env(), "GPUQUEUE_FAILPOINT": f"{commit}:{point}:{nth}"}
+    try:
+        q.server = q.launcher.start(q.setup)
+    finally:
+        q.setup.env = base_env
+    cancels: dict[str, str] = {}
+    try:
+        quota_commit_scenario(q, f"t{trial}", cancels)
+        died = False
+    except ServerDied:
+        died = True
+    deadline = time.monotonic() + 30
+    while q.server.alive():  # the scenario may end just before the kill (e.g. after a finish)
+        assert time.monotonic() < deadline, f"failpoint {commit}:{point}:{nth} never fired\n{q.server.log_tail()}"
+        time.sleep(0.02)
+    q.server.kill9()  # reap it
+    fired = f"failpoint {commit}:{point}:{nth}" in q.server.log_path.read_text(errors="replace")
+    assert fired, f"{commit}:{point}:{nth}: the server died, not at the failpoint\n{q.server.log_tail()}"
+    q.server = q.launcher.start(q.setup)  # unarmed
+    check_invariants(q, f"failpoint {commit}:{point}:{nth}")
+    rows, _ = ledger_rows(q)
+    by_key = {f"{r['namespace']}/{r['name']}": r for r in rows.values()}
+    for key, seen in cancels.items():
+        if seen == "answered":  # acknowledged => written
+            assert by_key[key]["state"] == "Cancelled", (commit, point, key, by_key[key]["state"])
+    if commit == "cancel":  # the kill was inside the cancel's request: never answered
+        assert list(cancels.values()) == ["unanswered"], (point, cancels)
+        cancelled = [key for key in cancels if by_key[key]["state"] == "Cancelled"]
+        assert bool(cancelled) == (point == "after"), (point, cancelled)
+    # what is left of the scenario is cancelled, so that the next trial starts from an idle queue
+    # (no job ending while the server is down: the next armed server's restore commits nothing)
+    for r in q.server.request("GET", "workloads", params={"state": ",".join(ACTIVE)}).json()["items"]:
+        d = q.server.request("DELETE", f"workloads/{r['namespace']}/{r['name']}")
+        assert d.status_code == 200, d.text
+        if d.json()["state"] == "Cancelled":
+            q.cancelled.add(r["uid"])
+    for key, seen in cancels.items():
+        if by_key[key]["state"] == "Cancelled":
+            q.cancelled.add(by_key[key]["uid"])
+    deadline = time.monotonic() + 60
+    while liveprocs.job_processes(q.job_env) or q.server.request(
+            "GET", "workloads", params={"state": ",".join(ACTIVE)}).json()["items"]:
+        assert time.monotonic() < deadline, f"{commit}:{point}:{nth}: the queue did not become idle"
+        time.sleep(0.05)
+    check_invariants(q, f"failpoint {commit}:{point}:{nth}, idle")
+    return {"died": died, "fired": fired}
+
+
+def _quota_commit_trials(q: Queue, kills: list) -> None:
+    landed: Counter = Counter()
+    for trial, (commit, point, nth) in enumerate(kills):
+        landed[commit] += quota_commit_kill(q, commit, point, nth, trial)["fired"]
+    print(f"kills per commit: {dict(landed)}")
+    for commit in {c for c, _, _ in kills}:
+        assert landed[commit] > 0, f"no kill landed in the {commit} commit"
+    drain_and_check_final(q)
+
+
+def test_failpoint_kills_in_every_quota_commit_sqlite(tmp_path, launcher):
+    q = Queue(tmp_path, launcher, random.Random(7), cluster=QUOTA_CLUSTER)
+    try:
+        _quota_commit_trials(q, QUOTA_COMMIT_KILLS)
+    except BaseException:
+        print(q.server.log_tail(80))
+        raise
+    finally:
+        q.server.stop()
+
+
+def test_failpoint_kills_in_every_quota_commit_postgresql(tmp_path, launcher, postgres_url):
+    """The same on PostgreSQL, one point per commit (the other point on SQLite's run only)."""
+    q = Queue(tmp_path, launcher, random.Random(8), db_url=postgres_url, cluster=QUOTA_CLUSTER)
+    try:
+        _quota_commit_trials(q, QUOTA_COMMIT_KILLS[1::2])
     except BaseException:
         print(q.server.log_tail(80))
         raise
