@@ -339,6 +339,7 @@ def live_job_processes(q: Queue) -> dict[str, list[tuple[int, str]]]:
 
 
 def check_invariants(q: Queue, where: str) -> None:
+    t0 = time.time()
     rows, intervals = ledger_rows(q)
     # 1. every acknowledged submission exactly once, in the ledger and in the API
     for uid, key in q.acked.items():
@@ -379,9 +380,12 @@ def check_invariants(q: Queue, where: str) -> None:
                 # cancelled while it ran: it keeps its devices until its process is gone
                 assert after[uid]["run"] is not None and holder.get(dev) in (None, uid), (where, dev, key)
                 continue
-            assert holder.get(dev) == uid or after[uid]["state"] in LIVE and any(
-                dev == (p["node"], d) for p in after[uid]["admission"]["placements"] for d in p["devices"]
-            ), (where, dev, key)
+            placed = any(dev == (p["node"], d) for p in (after[uid]["admission"] or {}).get("placements") or ()
+                         for d in p["devices"])
+            # held then, held since, or admitted and finished between the reads (a job run again
+            # after its preemption that finds its mark ends at once)
+            assert holder.get(dev) == uid or placed and (after[uid]["state"] in LIVE or (
+                after[uid]["state"] in FINISHED and (after[uid]["finished_at"] or 0) >= t0)), (where, dev, key)
     liveprocs.check(q.job_env, where)  # the truth: /proc/<pid>/environ of every live job process
     processes = live_job_processes(q)
     busy: dict[str, str] = {}
