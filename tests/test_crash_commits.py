@@ -275,3 +275,15 @@ def test_kill9_during_preemptions_never_gives_a_device_twice(tmp_path, launcher)
         raise
     finally:
         server.stop()
+
+
+def test_failpoint_values_are_parsed_or_refused():
+    from jupyter_gpuqueue.ledger.failpoints import parse
+
+    assert parse(None) is None and parse("") is None
+    assert parse("group-commit:after:3") is None  # the group commit's own (ledger/group_commit.py)
+    assert parse("finish:after:2") == ("finish", "after", 2)
+    assert parse("cancel:before") == ("cancel", "before", 1)
+    for bad in ("finish:during", "admit:after:0", "requeue:after:x", "preempt"):
+        with pytest.raises(ValueError, match="GPUQUEUE_FAILPOINT"):
+            parse(bad)

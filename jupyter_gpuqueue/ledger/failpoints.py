@@ -43,6 +43,8 @@ def parse(text: Optional[str]) -> Optional[tuple[str, str, int]]:
     parts = text.split(":")
     if len(parts) not in (2, 3) or parts[1] not in POINTS:
         raise ValueError(f"{FAILPOINT_ENV}={text!r}: expected <{'|'.join(COMMITS)}>:before|after[:N]")
+    if len(parts) == 3 and not parts[2].isdigit():
+        raise ValueError(f"{FAILPOINT_ENV}={text!r}: N must be a whole number >= 1")
     nth = int(parts[2]) if len(parts) == 3 else 1
     if nth < 1:
         raise ValueError(f"{FAILPOINT_ENV}={text!r}: N must be >= 1")
