@@ -15,7 +15,8 @@ process still runs on the device is such a conflict, for as long as both live.
 - :func:`job_processes` / :func:`check`: one look, now (an AssertionError naming both holders).
 - :class:`DeviceWatch`: a background thread that looks every ``interval`` seconds for the whole
   test, so that an overlap between two checks (a preemptor starting while the victim stops) is
-  seen too; :meth:`DeviceWatch.check` raises the first conflict seen so far, :meth:`DeviceWatch.stop`
+  seen too (a look costs about 4 ms of CPU with 200 processes on the machine: every 50 ms by
+  default); :meth:`DeviceWatch.check` raises the first conflict seen so far, :meth:`DeviceWatch.stop`
   at the end. ``looks`` and ``processes_seen`` say that it looked at something.
 
 A conflict is reported only when confirmed: after the look that found it, every process involved
@@ -152,7 +153,7 @@ class DeviceWatch:
     """Looks at the test's job processes every ``interval`` seconds in a thread (see the module
     docstring). Use as a context manager, or :meth:`start` / :meth:`stop`."""
 
-    def __init__(self, match: Match = None, interval: float = 0.02):
+    def __init__(self, match: Match = None, interval: float = 0.05):
         self.match = match
         self.interval = interval
         self.violations: list[str] = []

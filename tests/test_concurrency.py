@@ -262,7 +262,7 @@ class QueueUnderLoad(RuleBasedStateMachine):
         if self.server is None:
             return
         # the truth first: no device held by the live processes of two workloads (tests/liveprocs.py),
-        # now and at any moment since the test began (the watch looks every 20 ms)
+        # now and at any moment since the test began (the watch looks every 50 ms)
         liveprocs.check(self.job_env, "live job processes")
         self.watch.check("live job processes, between the checks")
         queues, items, inventory = self.snapshot()
