@@ -245,7 +245,7 @@ async def test_priority_class_cohort_and_prices_are_changed_and_audited(jp_fetch
 
 async def test_export_import_round_trip(jp_fetch, started, gpuqueue_service):
     status, exported, headers = await call(jp_fetch, "admin", "config", params={"format": "yaml"})
-    assert status == 200 and headers["Content-Type"].startswith("application/yaml")
+    assert status == 200 and headers["Content-Type"] == "application/yaml; charset=utf-8"  # read as UTF-8
     # what engine/manifests.py (Kueue's rules) loads is exactly the live configuration
     assert load_text(exported).config == gpuqueue_service.config
     kinds = [d["kind"] for d in yaml.safe_load_all(exported)]

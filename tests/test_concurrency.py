@@ -36,6 +36,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+import liveprocs
+from liveprocs import DeviceWatch
 from servertools import Launcher, ServerSetup
 from test_crash import BORROWING_LIMIT, CLUSTER, INVENTORY, NOMINAL
 
@@ -96,16 +98,29 @@ def in_threads(calls: list, clients: int) -> list:
             for i in range(k, len(calls), clients):
                 results[i] = calls[i](s)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(clients)]
+    errors: list[BaseException] = []
+
+    def guarded(k):
+        try:
+            work(k)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
+        assert not t.is_alive(), "a client thread did not end within 120 s"
+    if errors:
+        raise errors[0]
     return results
 
 
 class QueueUnderLoad(RuleBasedStateMachine):
     server = None  # set by the test
+    watch = None  # the DeviceWatch over the server's job processes (set by the test)
+    job_env = None  # what the server's job processes have in their environment (liveprocs)
     totals: Counter = Counter()  # over all examples: what really ran (checked by the test)
     preempted: set = set()
     succeeded: set = set()
@@ -246,6 +261,10 @@ class QueueUnderLoad(RuleBasedStateMachine):
     def every_invariant(self):
         if self.server is None:
             return
+        # the truth first: no device held by the live processes of two workloads (tests/liveprocs.py),
+        # now and at any moment since the test began (the watch looks every 50 ms)
+        liveprocs.check(self.job_env, "live job processes")
+        self.watch.check("live job processes, between the checks")
         queues, items, inventory = self.snapshot()
         self.totals["checks"] += 1
         self.totals["max pending"] = max(self.totals["max pending"], sum(w["state"] == "Pending" for w in items))
@@ -340,12 +359,18 @@ class QueueUnderLoad(RuleBasedStateMachine):
 
 def test_concurrent_clients_keep_every_invariant(server):
     QueueUnderLoad.server = server
+    # the jobs inherit the server's environment: its runtime folder is this server's own
+    QueueUnderLoad.job_env = {"JUPYTER_RUNTIME_DIR": server.setup.env()["JUPYTER_RUNTIME_DIR"]}
+    QueueUnderLoad.watch = watch = DeviceWatch(QueueUnderLoad.job_env).start()
     try:
         run_state_machine_as_test(QueueUnderLoad, settings=settings(
             max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
             suppress_health_check=list(HealthCheck), database=None))
+        watch.stop()
     finally:
+        watch._stop.set()
         QueueUnderLoad.server = None
+    assert len(watch.runs_seen) > 10, f"the device watch saw {len(watch.runs_seen)} job runs"
     totals = QueueUnderLoad.totals
     print(dict(totals), f"{EXAMPLES} examples of up to {STEPS} steps")
     # The run did real work (how much depends on the rules hypothesis draws; typically ~100

@@ -23,7 +23,10 @@ Kills that land inside the group commit, not by chance: ``GPUQUEUE_FAILPOINT`` a
 SIGKILL itself before or after the Nth commit while 8 clients keep submissions outstanding
 (5 kills per ledger kind, SQLite and PostgreSQL; every one must land mid-request, and the run
 prints how many did and how many rows were committed but unacknowledged); see
-``FAILPOINT_KILLS`` below.
+``FAILPOINT_KILLS`` below. Kills inside every commit that changes quota or money, and during
+preemptions, are in tests/test_crash_commits.py (a file of its own: xdist's ``--dist loadfile``
+runs it beside this one). No device is held by two live job processes at any moment of these
+trials (tests/liveprocs.py reads /proc).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from pathlib import Path
 import pytest
 import requests
 
+import liveprocs
+from liveprocs import DeviceWatch
 from servertools import Launcher, RunningServer, ServerSetup
 
 pytestmark = pytest.mark.slow
@@ -141,10 +146,11 @@ def launcher():
 class Queue:
     """A queue's setup, its current server, and what clients were told."""
 
-    def __init__(self, base: Path, launcher: Launcher, rng: random.Random, db_url: str = ""):
+    def __init__(self, base: Path, launcher: Launcher, rng: random.Random, db_url: str = "",
+                 cluster: str = CLUSTER):
         self.db_url = db_url  # "" : the setup's SQLite file
         extra = f"c.GpuQueueApp.db_url = {db_url!r}\n" if db_url else ""
-        self.setup = ServerSetup(base, CLUSTER, INVENTORY, extra_config=extra)
+        self.setup = ServerSetup(base, cluster, INVENTORY, extra_config=extra)
         self.marks = base / "marks"
         self.marks.mkdir()
         self.launcher = launcher
@@ -156,6 +162,7 @@ class Queue:
         self.lock = threading.Lock()
         self.counter = 0
         self.errors: list[BaseException] = []  # raised in submitter threads: re-raised by join()
+        self.job_env = {"MARKS": str(self.marks)}  # what tells this queue's job processes (liveprocs)
 
     def job(self, seconds: str = "") -> dict:
         """A short real job: records its pid and devices in marks/<uid>, then sleeps (0.2 s, one in
@@ -222,7 +229,8 @@ def _submitters(q: Queue, n_threads: int, per_thread: int) -> list[threading.Thr
 def _join(q: Queue, threads: list[threading.Thread]) -> None:
     """Join the submitter threads; the first exception one of them raised is raised here."""
     for t in threads:
-        t.join(30)
+        t.join(60)
+        assert not t.is_alive(), "a submitter thread did not end within 60 s"
     if q.errors:
         raise q.errors[0]
 
@@ -334,6 +342,7 @@ def live_job_processes(q: Queue) -> dict[str, list[tuple[int, str]]]:
 
 
 def check_invariants(q: Queue, where: str) -> None:
+    t0 = time.time()
     rows, intervals = ledger_rows(q)
     # 1. every acknowledged submission exactly once, in the ledger and in the API
     for uid, key in q.acked.items():
@@ -374,9 +383,13 @@ def check_invariants(q: Queue, where: str) -> None:
                 # cancelled while it ran: it keeps its devices until its process is gone
                 assert after[uid]["run"] is not None and holder.get(dev) in (None, uid), (where, dev, key)
                 continue
-            assert holder.get(dev) == uid or after[uid]["state"] in LIVE and any(
-                dev == (p["node"], d) for p in after[uid]["admission"]["placements"] for d in p["devices"]
-            ), (where, dev, key)
+            placed = any(dev == (p["node"], d) for p in (after[uid]["admission"] or {}).get("placements") or ()
+                         for d in p["devices"])
+            # held then, held since, or admitted and finished between the reads (a job run again
+            # after its preemption that finds its mark ends at once)
+            assert holder.get(dev) == uid or placed and (after[uid]["state"] in LIVE or (
+                after[uid]["state"] in FINISHED and (after[uid]["finished_at"] or 0) >= t0)), (where, dev, key)
+    liveprocs.check(q.job_env, where)  # the truth: /proc/<pid>/environ of every live job process
     processes = live_job_processes(q)
     busy: dict[str, str] = {}
     for uid, procs in processes.items():
@@ -391,13 +404,20 @@ def check_invariants(q: Queue, where: str) -> None:
         for iv in ivs:
             assert iv["end"] is None or iv["end"] >= iv["start"], (where, r["name"], iv)
         open_ = [iv for iv in ivs if iv["end"] is None]
-        if r["state"] in LIVE:
-            assert ivs and len(open_) == len(ivs), (where, r["name"], r["state"], ivs)
+        if r["state"] in LIVE:  # its admission's intervals open (earlier admissions' closed)
+            assert open_ and (len(open_) == len(ivs) or r["evictions"]), (where, r["name"], r["state"], ivs)
         else:
             assert not open_, f"{where}: {r['name']} is {r['state']} with an open interval"
         if r["state"] in FINISHED and ivs:
-            for iv in ivs:  # closed when the job finished (one admission each here: no preemption)
+            # closed when the job finished; with preemptions, its earlier admissions' intervals
+            # before (when it went back to the queue), its last admission's (if it ended admitted)
+            # when it finished
+            last = ivs if not r["evictions"] else [
+                iv for iv in ivs if r["admitted_at"] is not None and iv["start"] >= r["admitted_at"] - 1e-6]
+            for iv in last:
                 assert iv["end"] == pytest.approx(max(iv["start"], r["finished_at"]), abs=1e-6), (where, r, iv)
+            for iv in ivs:
+                assert iv["end"] <= r["finished_at"] + 1e-6, (where, r, iv)
         if r["state"] == "Succeeded":
             assert ivs, f"{where}: {r['name']} ran but has no usage interval"
             rec = _exit_record(r["run"])
@@ -406,8 +426,8 @@ def check_invariants(q: Queue, where: str) -> None:
             assert rec is not None and rec["finishedAt"] - 1e-6 <= r["finished_at"] <= rec["finishedAt"] + 2.0, \
                 f"{where}: {r['name']} closed at {r['finished_at']}, its job ended at {rec}"
             assert r["started_at"] <= r["finished_at"]
-        if r["state"] == "Pending":
-            assert not ivs and r["admission"] is None, (where, r)
+        if r["state"] == "Pending":  # never admitted, or back in the queue after a preemption
+            assert (not ivs or r["evictions"]) and r["admission"] is None, (where, r)
 
     # 4. running jobs adopted: the same process (pid and start time), or it ended since
     for uid, r in rows.items():
@@ -451,6 +471,8 @@ def drain_and_check_final(q: Queue, timeout: float = 90.0) -> None:
             assert uid in q.cancelled and len(lines) <= 1, (r["name"], lines)
         else:
             assert (r["state"], r["exit_code"]) == ("Succeeded", 0), f"{r['name']}: {r['state']} {r['message']}"
+            # (a job run again after its preemption finds its mark and ends before writing one:
+            # see quota_commit_scenario)
             assert len(lines) == 1, f"{r['name']} ran {len(lines)} times: {lines}"
         assert all(iv["end"] is not None for iv in intervals[uid])
     assert q.adopted <= set(rows)
@@ -469,18 +491,23 @@ def test_kill9_during_bursts_and_drains_loses_nothing_postgresql(tmp_path, launc
 
 
 def _kill9_trials(q: Queue, seed: int) -> None:
+    watch = DeviceWatch(q.job_env).start()  # the live processes' devices, all along (tests/liveprocs.py)
     try:
         for trial in range(TRIALS):
             kind = (burst_then_kill, drain_then_kill)[(trial + seed) % 2]
             kind(q)
             check_invariants(q, f"seed {seed} trial {trial} ({kind.__name__})")
+            watch.check(f"seed {seed} trial {trial} ({kind.__name__})")
         assert q.acked, "no submission was acknowledged at all"
         drain_and_check_final(q)
         assert q.adopted, "no running job was ever adopted after a restart"
+        watch.stop()
+        assert watch.runs_seen, "the device watch saw no job process"
     except BaseException:
         print(q.server.log_tail(80))
         raise
     finally:
+        watch._stop.set()
         q.server.stop()
 
 
@@ -561,6 +588,7 @@ def failpoint_kill(q: Queue, point: str, nth: int) -> dict:
     stop.set()
     for t in threads:
         t.join(40)
+        assert not t.is_alive(), f"failpoint {point}:{nth}: a client thread did not end within 40 s"
     if errors:
         raise errors[0]
     q.server.kill9()  # reap it
@@ -705,7 +733,7 @@ def marked_job(marks: Path, name: str, seconds: float, *, ignore_term: bool = Fa
     if ignore_term:
         script = "trap '' TERM; " + script
     return {"name": name, "command": ["sh", "-c", script + f"exec sleep {seconds}"], "gpus": 1,
-            "priorityClass": priority, "maxRuntime": "2m"}
+            "priorityClass": priority, "maxRuntime": "2m", "env": {"MARKS": str(marks)}}
 
 
 def tick_until(svc, pred, timeout=30.0):
@@ -815,3 +843,55 @@ def test_preempted_job_is_requeued_not_failed_across_a_restart(make, ignore_term
     ivs = b.ledger.intervals(low["uid"])
     assert len(ivs) == 2 and all(iv["end"] is not None for iv in ivs)
     assert b.ledger.open_intervals() == []
+
+
+# -- a preemptor starts only after its victims' processes are gone (live processes, liveprocs.py) -----
+#
+# The ClusterQueue's quota (2 GPUs) is larger than the node (1 GPU): the high-priority job's quota
+# fits, its pod does not, so it preempts the low one for its device (placement preemption). The
+# victim ignores SIGTERM (a job checkpointing), so it runs on for the whole grace period after it
+# was told to stop: its device must stay its own until its process is gone, also when the server
+# dies during the preemption. A DeviceWatch reads every live job process's CUDA_VISIBLE_DEVICES
+# all along; the test also checks that the victim's process was gone when the preemptor's started.
+
+@pytest.fixture
+def make_by_device(tmp_path):
+    from servicetools import service_factory, stop_jobs
+
+    (tmp_path / "marks").mkdir()
+    build = service_factory(tmp_path, ONE_GPU.replace("nominalQuota: 1", "nominalQuota: 2"), ONE_GPU_INVENTORY,
+                            default_local_queue="one/q", stop_grace_seconds=1.5)
+    build.marks = tmp_path / "marks"
+    yield build
+    stop_jobs(build.services)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_preemptor_starts_only_after_its_victims_process_is_gone(make_by_device, restart):
+    make, marks = make_by_device, make_by_device.marks
+    with DeviceWatch({"MARKS": str(marks)}, interval=0.01) as watch:
+        a = make()
+        a.submit(marked_job(marks, "low", 30, ignore_term=True, once=True), user="alice")
+        tick_until(a, lambda: wl_state(a, "low") == "Running" and runs(marks, "low"))
+        victim = int(runs(marks, "low")[0])
+        a.submit(marked_job(marks, "high", 0.3, priority="high"), user="alice")
+        tick_until(a, lambda: "Preempted" in (a.get_workload("one", "low")["message"] or ""))
+        assert _start_ticks(victim) is not None, "the victim should still be stopping (it ignores SIGTERM)"
+        b = a
+        if restart:
+            a.ledger.close()  # the server dies during the preemption
+            b = make()
+        victim_gone_first = []
+
+        def high_ran():
+            b.tick()
+            if runs(marks, "high") and not victim_gone_first:
+                victim_gone_first.append(_start_ticks(victim) is None)
+            return wl_state(b, "high") == "Succeeded"
+
+        tick_until(b, high_ran)
+        watch.check("preemption")
+        assert victim_gone_first == [True], "high started on GPU 0 while the preempted low job's process still ran"
+        tick_until(b, lambda: wl_state(b, "low") == "Succeeded")
+        assert b.get_workload("one", "low")["evictions"] == 1
+    assert len(watch.runs_seen) >= 2 and watch.looks > 10, (watch.runs_seen, watch.looks)  # low and high at least

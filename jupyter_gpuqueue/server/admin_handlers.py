@@ -100,7 +100,8 @@ class AdminConfigHandler(AdminHandler):
             header = (f"jupyter_gpuqueue configuration, exported by {self.user}\n"
                       "Kueue v1beta1 objects; `kubectl apply -f` this file, or import it with "
                       "`jupyter gpuqueue import-kueue`.")
-            self.finish(admin.config_to_yaml(service.config, header), set_content_type=YAML_TYPE)
+            # the charset said: a client must not guess it (a guess of Latin-1 broke on U+008B)
+            self.finish(admin.config_to_yaml(service.config, header), set_content_type=f"{YAML_TYPE}; charset=utf-8")
             return
         view = admin.config_view(service.config, service.prices, service.inventory)
         stored = service.ledger.active_config()

@@ -510,7 +510,7 @@ class OpenApiHandler(GpuQueueHandler):
     async def get(self):
         """The OpenAPI 3 document of this API, as JSON or YAML."""
         if self.fmt == "yaml":
-            self.finish(openapi_text(), set_content_type="application/yaml")
+            self.finish(openapi_text(), set_content_type="application/yaml; charset=utf-8")
         else:
             self.finish(openapi_json())
 

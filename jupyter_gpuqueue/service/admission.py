@@ -19,6 +19,7 @@ from ..engine import serialize
 from ..engine.model import Workload
 from ..engine.preemption import HUMAN_REASONS
 from ..errors import Forbidden, GpuQueueError
+from ..ledger.failpoints import failpoint
 from .devices import device_environment
 from .states import ADMITTED, CANCELLED, FAILED, FINISHED_STATES, PENDING, RUNNING, is_lease
 
@@ -211,7 +212,9 @@ class Admission:
                                   "gpu_equivalent": gpu_eq, "usd_per_hour": rate, "start": now})
                 rates.append(rate)
             opened.append((uid, rec, admission, wl, first, rates))
+        failpoint("admit", "before")  # crash tests (ledger/failpoints.py)
         self.ledger.admit_workloads(admissions, intervals)
+        failpoint("admit", "after")
         for uid, rec, admission, wl, first, rates in opened:
             self.billing.billing_opened(uid, now, rates, first)
             rec.update(state=ADMITTED, admission=admission, admitted_at=now,
@@ -302,7 +305,9 @@ class Admission:
             # The eviction is recorded before the job is stopped: a server killed before it saw
             # the job end requeues it at restart (restore) instead of marking it Failed.
             run = {**(rec.get("run") or {}), "evictionReason": p.reason, "evictedBy": p.preemptor}
+            failpoint("preempt", "before")
             self.ledger.update_workload(uid, run=run)
+            failpoint("preempt", "after")
             rec["run"] = run
             self.live.stopping[uid] = "Preempted:" + p.reason
             # Kubernetes suspends the Job (as Kueue does); the local backend stops the process.
@@ -327,12 +332,14 @@ class Admission:
         spec = dict(rec["spec"])
         spec["preemptions"] = list(spec.get("preemptions") or [])[-(self.preemptions_kept - 1):] + [
             {"at": when, "by": by, "reason": reason, "lostCostUsd": round(lost, 6)}]
+        failpoint("requeue", "before")
         with self.ledger.transaction():
             self.ledger.close_intervals(uid, when)
             self.billing.billing_closed(uid, when)
             self.ledger.update_workload(uid, state=PENDING, admission=None, run=None, admitted_at=None,
                                         started_at=None, evictions=evictions, reason="Preempted",
                                         message=message, spec=spec)
+        failpoint("requeue", "after")
         rec.update(state=PENDING, admission=None, run=None, admitted_at=None, started_at=None,
                    evictions=evictions, reason="Preempted", message=message, spec=spec)
         if key in self.conf.scheduler.admitted:
@@ -430,11 +437,13 @@ class Admission:
             state, reason = FAILED, stop_reason
             message = f"exceeded its maximum run time of {rec['spec'].get('maxRuntimeSeconds')} s"
         if rec["state"] != CANCELLED:
+            failpoint("finish", "before")
             with self.ledger.transaction():
                 self.ledger.close_intervals(uid, when)
                 self.billing.billing_closed(uid, when)
                 self.ledger.update_workload(uid, state=state, exit_code=exit_code, finished_at=when,
                                             reason=reason, message=message or None)
+            failpoint("finish", "after")
             rec.update(state=state, exit_code=exit_code, finished_at=when, reason=reason, message=message or None)
         key = f"{rec['namespace']}/{rec['name']}"
         if in_scheduler:
@@ -478,6 +487,7 @@ class Admission:
         now = self.conf.clock()
         prev = rec["state"]
         message = f"cancelled by {user}" if rec["owner"] == user else f"cancelled by {user} (admin)"
+        failpoint("cancel", "before")
         with self.ledger.transaction():
             self.ledger.close_intervals(uid, now)
             self.billing.billing_closed(uid, now)
@@ -487,6 +497,7 @@ class Admission:
                 self.ledger.add_audit(actor=user, operation="cancel-workload", target=f"workload/{namespace}/{name}",
                                       before={"state": prev, "owner": rec["owner"]},
                                       after={"state": CANCELLED, "owner": rec["owner"]}, at=now)
+        failpoint("cancel", "after")
         rec.update(state=CANCELLED, finished_at=now, reason="Cancelled", message=message)
         if uid in self.backend.running() and (prev in (ADMITTED, RUNNING) or self.delegated):
             self.live.stopping[uid] = "Cancelled"

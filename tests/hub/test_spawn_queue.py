@@ -140,13 +140,24 @@ def test_gpu_spawn_waits_in_queue_with_position_then_starts_on_its_gpu(qhub):
     done = threading.Event()
     spawn = {}
 
+    errors: list[BaseException] = []  # raised in the two threads: re-raised here
+
+    def guarded(fn, *args):
+        def run():
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+                done.set()
+        return run
+
     def do_spawn():
         spawn["r"] = qhub.api("POST", "users/alice/server", json={"user_options": {"profile": "a100"}},
                               timeout=120)
 
-    t_spawn = threading.Thread(target=do_spawn, daemon=True)
+    t_spawn = threading.Thread(target=guarded(do_spawn), daemon=True)
     t_spawn.start()
-    reader = threading.Thread(target=_read_progress, args=(qhub, "alice", events, done), daemon=True)
+    reader = threading.Thread(target=guarded(_read_progress, qhub, "alice", events, done), daemon=True)
     reader.start()
 
     # The spawn waits in the queue, and says where it stands and when it expects to start (the
@@ -155,7 +166,7 @@ def test_gpu_spawn_waits_in_queue_with_position_then_starts_on_its_gpu(qhub):
                           r"waiting for 1 × A100 after team-a/holder \(6 × nvidia-a100, ends in ~(9|10) min\)")
     deadline = time.monotonic() + 60
     while not any(expected.search(e.get("message") or "") for e in events):
-        assert not done.is_set(), f"progress ended early: {events}\n{qhub.log_tail()}"
+        assert not done.is_set(), f"progress ended early: {events} {errors}\n{qhub.log_tail()}"
         assert time.monotonic() < deadline, f"no queue position in {events}\n{qhub.log_tail()}"
         time.sleep(0.2)
     (lease,) = _leases(qhub, token)
@@ -168,8 +179,12 @@ def test_gpu_spawn_waits_in_queue_with_position_then_starts_on_its_gpu(qhub):
     # The GPUs free: the lease is admitted and the server starts.
     assert qhub.queue("DELETE", "workloads/team-a/holder", token).status_code == 200
     assert done.wait(90), f"spawn did not finish: {events}\n{qhub.log_tail()}"
-    assert events[-1].get("ready"), f"{events}\n{qhub.log_tail()}"
     t_spawn.join(30)
+    reader.join(30)
+    assert not t_spawn.is_alive() and not reader.is_alive(), "the spawn or the progress reader did not end"
+    if errors:
+        raise errors[0]
+    assert events[-1].get("ready"), f"{events}\n{qhub.log_tail()}"
     assert spawn["r"].status_code in (201, 202), spawn["r"].text
     messages = [e.get("message") for e in events]
     assert any("admitted in team-a's queue" in (m or "") for m in messages), messages

@@ -248,6 +248,7 @@ class FakeCluster:
         self.watch_gate = threading.Event()  # cleared: new watch requests wait (an API server restarting)
         self.watch_gate.set()
         self._controller_thread: Optional[threading.Thread] = None
+        self.controller_error: Optional[BaseException] = None  # raised in the controllers' thread
         for ns in ("default", "kube-system"):
             self.add_namespace(ns)
 
@@ -387,13 +388,30 @@ class FakeCluster:
         """Run :meth:`step` every ``interval`` seconds in a thread; with ``real_time`` the fake's clock
         follows ``time.time()``."""
         def loop():
-            while not self.stopping:
-                if real_time:
-                    self.now = time.time()
-                self.step()
-                time.sleep(interval)
+            try:
+                while not self.stopping:
+                    if real_time:
+                        self.now = time.time()
+                    self.step()
+                    time.sleep(interval)
+            except BaseException as exc:  # noqa: BLE001 - a controller's bug fails the test (stop_controllers)
+                self.controller_error = exc
+                raise
         self._controller_thread = threading.Thread(target=loop, daemon=True, name="fake-controllers")
         self._controller_thread.start()
+
+    def stop_controllers(self, timeout: float = 30.0) -> None:
+        """Stop the thread of :meth:`run_controllers` and wait for it; the exception a controller
+        raised in it, if any, is raised here (in the test's thread)."""
+        self.stopping = True
+        with self.lock:
+            self.cond.notify_all()
+        t = self._controller_thread
+        if t is not None:
+            t.join(timeout)
+            assert not t.is_alive(), "the fake's controllers did not stop"
+        if self.controller_error is not None:
+            raise self.controller_error
 
     def advance(self, seconds: float) -> None:
         with self.lock:
@@ -1398,6 +1416,7 @@ class FakeApiServer:
             self.cluster.cond.notify_all()
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.cluster.stop_controllers()  # raises what a controller raised in its thread
 
     def api_client(self):
         from kubernetes import client
