@@ -50,6 +50,7 @@ never be lost).
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import queue
 import threading
@@ -62,7 +63,9 @@ from ..errors import Conflict, Forbidden, GpuQueueError, ValidationError
 from .base import FAILED, SUCCEEDED, RunInfo, RunStatus
 from .k8s_client import KubeApiError, KubeClient, path_for
 from .k8s_informer import Informer
+from .k8s_rbac import forbidden_what, missing_permissions
 from .k8s_status import (
+    EVICTED,
     STARTED,
     WAITING,
     JobRun as _Run,
@@ -71,7 +74,9 @@ from .k8s_status import (
     failed_create,
     finished_status,
     live_pods,
+    node_ready,
     pod_observations,
+    pods_ready,
     user_error,
 )
 from .k8s_jobs import (
@@ -91,6 +96,7 @@ PODS = ("", "v1", "pods")
 PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 EVENTS = ("", "v1", "events")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
+NODES = ("", "v1", "nodes")
 FAILED_CREATE = "involvedObject.kind=Job,reason=FailedCreate"
 
 class KubernetesBackend:
@@ -129,6 +135,10 @@ class KubernetesBackend:
                  volcano_queue: Optional[str] = None, retry_budget_seconds: float = 600.0,
                  retry_max_delay: float = 60.0, sync_timeout: float = 10.0, start_informers: bool = True,
                  pods_ready_timeout: float = 300.0, start_concurrency: int = 0,
+                 pods_ready_recovery_timeout: Optional[float] = None,
+                 ttl_seconds_after_finished: Optional[int] = 86400, forbidden_attempts: int = 3,
+                 check_access: bool = True, requeue_backoff_base: float = 60.0,
+                 requeue_backoff_max: float = 3600.0, requeue_backoff_limit: Optional[int] = 5,
                  clock: Callable[[], float] = time.time):
         self.client = client if isinstance(client, KubeClient) else KubeClient(client)
         self.config = config or ClusterConfig()
@@ -142,18 +152,33 @@ class KubernetesBackend:
         self.sync_timeout = sync_timeout
         self.clock = clock
         self.pods_ready_timeout = pods_ready_timeout
+        self.pods_ready_recovery_timeout = (pods_ready_timeout if pods_ready_recovery_timeout is None
+                                            else pods_ready_recovery_timeout)
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.forbidden_attempts = max(1, int(forbidden_attempts))
+        self.requeue_backoff_base = float(requeue_backoff_base)
+        self.requeue_backoff_max = float(requeue_backoff_max)
+        self.requeue_backoff_limit = requeue_backoff_limit
+        self.check_access = check_access
+        # The start-up access check (k8s_rbac): None until it has answered.
+        self.missing_permissions: Optional[list[str]] = None
+        self.access_error: Optional[str] = None
         self._pool = (ThreadPoolExecutor(max_workers=int(start_concurrency), thread_name_prefix="k8s-start")
                       if start_concurrency and start_concurrency > 0 else None)
         self._started: "queue.SimpleQueue[tuple[_Run, Optional[BaseException]]]" = queue.SimpleQueue()
         self._runs: dict[str, _Run] = {}
-        self._priority_classes: dict[str, float] = {}  # PriorityClass name -> when it was seen to exist
         self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs")
         self.pods = Informer(self.client, path_for(*PODS), SELECTOR, name="pods")
         # The Job controller's FailedCreate events (events carry no labels of ours: field-selected).
         self.events = Informer(self.client, path_for(*EVENTS), None, field_selector=FAILED_CREATE, name="events")
-        self._informers = [self.jobs, self.pods, self.events]
-        for inf in self._informers:
+        # Nodes: a Pod on a Node that is not Ready does not run (waitForPodsReady, eviction).
+        self.nodes = Informer(self.client, path_for(*NODES), None, name="nodes")
+        # PriorityClasses: a submission naming one the cluster lacks is refused (dry_run).
+        self.priority_classes = Informer(self.client, path_for(*PRIORITY_CLASSES), None, name="priorityclasses")
+        self._informers = [self.jobs, self.pods, self.events, self.nodes, self.priority_classes]
+        for inf in (self.jobs, self.pods, self.events, self.nodes):
             inf.on_change = self._changed
+        self._gating = [self.jobs, self.pods]  # poll reports nothing until these have listed
         self._wakeup: Optional[Callable[[], None]] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wake_pending = threading.Event()
@@ -190,6 +215,33 @@ class KubernetesBackend:
     def start_informers(self) -> None:
         for inf in self._informers:
             inf.start()
+        if self.check_access and self.missing_permissions is None:
+            threading.Thread(target=self._check_access, name="k8s-access-check", daemon=True).start()
+
+    access_kinds: tuple = ("kubernetes",)
+
+    def _check_access(self) -> None:
+        """The start-up check (``k8s_rbac.missing_permissions``): what the service account may not
+        do is logged (WARNING, naming each verb and resource) and kept for ``GET /info``."""
+        kinds = self.access_kinds + (("volcano",) if self.volcano else ())
+        try:
+            missing = missing_permissions(self.client, kinds)
+        except KubeApiError as err:
+            self.access_error = f"cannot check the service account's permissions: {err.field_message()}"
+            log.warning("kubernetes: %s", self.access_error)
+            return
+        self.missing_permissions = missing
+        if missing:
+            log.warning("kubernetes: the queue's service account lacks %d permission(s) of the documented "
+                        "ClusterRole (docs/kubernetes.md, RBAC): %s", len(missing), ", ".join(missing))
+        else:
+            log.info("kubernetes: the service account has every permission of the documented ClusterRole")
+
+    def access(self) -> dict:
+        """The start-up access check's outcome, for ``GET /info`` (``clusterAccess``): ``checked``,
+        ``missing`` (``"<verb> <group>/<resource>"``), ``error`` (the API server could not say)."""
+        return {"checked": self.missing_permissions is not None, "missing": list(self.missing_permissions or []),
+                "error": self.access_error}
 
     @property
     def starts_async(self) -> bool:
@@ -223,7 +275,7 @@ class KubernetesBackend:
 
     def _desired_job(self, req: JobRequest, suspend: bool = True) -> dict:
         return build_job(req, self.config, image=self.image, suspend=suspend, volcano=self.volcano,
-                         pod_template=self.pod_template)
+                         pod_template=self.pod_template, ttl_seconds_after_finished=self.ttl_seconds_after_finished)
 
     def _job_to_create(self, req: JobRequest) -> dict:
         """The Job as created on admission: already running with the admission's directives (one
@@ -334,12 +386,19 @@ class KubernetesBackend:
     def _check_priority_class(self, job: dict) -> None:
         """A Job's dry run does not run Pod admission, so a ``priorityClassName`` missing from the
         cluster would only show when the Job controller fails to create its Pods. Look it up
-        (``GET priorityclasses/{name}``; found ones are remembered for 5 minutes). Raises
-        ValidationError(field="priorityClass") when the cluster has no such PriorityClass; an
-        API server that cannot answer or forbids the read does not block the submission."""
+        in the PriorityClass watch's cache (a class deleted is refused at once); while that watch has
+        not listed (or the role lacks ``list/watch priorityclasses``) with ``GET
+        priorityclasses/{name}``. Raises ValidationError(field="priorityClass") when the cluster
+        has no such PriorityClass; an API server that cannot answer or forbids the read does not
+        block the submission."""
         name = ((job.get("spec") or {}).get("template") or {}).get("spec", {}).get("priorityClassName")
-        if not name or self.clock() - self._priority_classes.get(name, -1e18) < 300:
+        if not name:
             return
+        if self.priority_classes.synced.is_set():
+            if self.priority_classes.get("", name) is not None:
+                return
+            raise ValidationError(f"the cluster has no PriorityClass named {name!r} (the Job's Pods could "
+                                  f"not be created); ask an admin to create it", "priorityClass")
         try:
             self.client.get(path_for(*PRIORITY_CLASSES, name=name), attempts=1)
         except KubeApiError as err:
@@ -348,7 +407,6 @@ class KubernetesBackend:
                                       f"not be created); ask an admin to create it", "priorityClass") from None
             log.info("kubernetes: cannot look up PriorityClass %s (%s); accepting the submission", name, err)
             return
-        self._priority_classes[name] = self.clock()
 
     def _start_error(self, err: KubeApiError, run: _Run) -> GpuQueueError:
         return user_error(err, f"creating Job {run.namespace}/{run.name}")
@@ -393,8 +451,16 @@ class KubernetesBackend:
             try:
                 cur = current if current is not None and i == 0 else self.client.get(path)
                 if (cur.get("spec") or {}).get("suspend") and (cur.get("status") or {}).get("startTime"):
-                    del cur["status"]["startTime"]
-                    cur = self.client.replace(f"{path}/status", cur)
+                    try:
+                        cleared = copy.deepcopy(cur)
+                        del cleared["status"]["startTime"]
+                        cur = self.client.replace(f"{path}/status", cleared)
+                    except KubeApiError as err:
+                        # Without `update jobs/status` a Job resumes with its scheduling directives
+                        # as they are (the Job controller resets startTime itself on resume).
+                        if err.status != 403 or err.retryable or desired is None or \
+                                self._directives_change(cur, desired):
+                            raise
                 if not self._resume(cur, desired):
                     return
                 self.client.replace(path, cur)
@@ -418,6 +484,13 @@ class KubernetesBackend:
             del cur["status"]["startTime"]
             return True
         self._update_job(run, mutate, subresource="status")
+
+    @staticmethod
+    def _directives_change(cur: dict, desired: dict) -> bool:
+        have, want = scheduling_directives(cur), scheduling_directives(desired)
+        want["labels"] = {**have["labels"], **want["labels"]}
+        want["annotations"] = {**have["annotations"], **want["annotations"]}
+        return have != want
 
     @staticmethod
     def _resume(cur: dict, desired: Optional[dict]) -> bool:
@@ -521,7 +594,19 @@ class KubernetesBackend:
                 cur["spec"]["suspend"] = True
                 return True
             self._update_job(run, mutate)
-            self._reset_start_time(run)  # Kueue's ResetStatus: the next admission may change flavor
+            try:
+                self._reset_start_time(run)  # Kueue's ResetStatus: the next admission may change flavor
+            except KubeApiError as err:
+                if err.status != 403 or err.retryable:
+                    raise
+                # The Job is suspended (its Pods go, the preemption goes on); only a re-admission
+                # onto another flavor needs the start time cleared (it then fails, saying why).
+                what = forbidden_what(err) or "update batch/jobs/status"
+                msg = (f"{run.reason}; the queue's service account may not {what} (docs/kubernetes.md, RBAC), "
+                       f"so Job {run.namespace}/{run.name} keeps status.startTime and cannot move to another "
+                       f"flavor: {err.message}")
+                log.warning("kubernetes: %s", msg)
+                run.notices.append(msg)
         elif op == "start":
             self._create_and_resume(run, self._job_to_create(run.req))
         elif op == "resume":
@@ -530,8 +615,19 @@ class KubernetesBackend:
     def _defer(self, run: _Run, op: str, err: KubeApiError) -> None:
         now = self.clock()
         if run.op != op:
-            run.op, run.op_attempts, run.op_first = op, 0, now
+            run.op, run.op_attempts, run.op_first, run.forbidden = op, 0, now, 0
         run.op_attempts += 1
+        run.forbidden = run.forbidden + 1 if err.status == 403 and not err.retryable else 0
+        if run.forbidden == self.forbidden_attempts:
+            # A refused write is not retried in silence: the workload says which verb on which
+            # resource the role lacks. The write goes on being retried (a stop is never dropped;
+            # the quota stays held while the Job may still run: the truth).
+            what = forbidden_what(err) or f"{op} batch/jobs"
+            msg = (f"the queue's service account may not {what} (docs/kubernetes.md, RBAC): the {op} of Job "
+                   f"{run.namespace}/{run.name} was refused {run.forbidden} times and is retried every "
+                   f"{self.retry_max_delay:.0f} s: {err.message}")
+            log.error("kubernetes: %s", msg)
+            run.notices.append(msg)
         run.last_error = err.field_message()
         delay = min(self.retry_max_delay, 1.0 * 2 ** (run.op_attempts - 1))
         run.op_next = now + delay
@@ -581,7 +677,14 @@ class KubernetesBackend:
             return []
         if job is None and run.mode == "suspending" and not live_pods(pods):
             return [RunStatus(run.uid, FAILED, None, now, run.reason)]  # nothing of it runs
+        if run.mode == "evicting":
+            return self._evicted(run, job, pods, now)
         if job is None:
+            last = self.jobs.last_state(run.namespace, run.name)
+            if last is not None and ((last.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == run.uid:
+                fin = self._finished(run, last, pods, now)  # finished, then deleted (ttlSecondsAfterFinished)
+                if fin is not None:
+                    return [fin]
             if run.seen or now - run.since > 30:
                 if not run.seen and self._job_exists(run):
                     return []
@@ -596,9 +699,67 @@ class KubernetesBackend:
             if job.get("spec", {}).get("suspend") and not live_pods(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, None, now, run.reason)]
             return []
+        out = []
         if not pods and not (job.get("spec") or {}).get("suspend"):
-            return self._pod_creation_observations(run, job, now)
-        return self._pod_observations(run, pods, now)
+            out = self._pod_creation_observations(run, job, now)
+        else:
+            out = self._pod_observations(run, pods, now)
+        if not self.delegates_admission and not (job.get("spec") or {}).get("suspend"):
+            self._wait_for_pods_ready(run, job, pods, now)
+        return out
+
+    def _lost(self, pod: dict) -> bool:
+        """The Pod is bound to a Node that is not Ready (or gone): it runs nothing we can count on,
+        and it holds no GPU we could give (the Node is not schedulable either)."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        return bool(node) and self.nodes.synced.is_set() and not node_ready(self.nodes.get("", node))
+
+    def _wait_for_pods_ready(self, run: _Run, job: dict, pods: list[dict], now: float) -> None:
+        """Kueue's ``waitForPodsReady``: from admission (the resume) until every Pod is Ready,
+        whether Pods exist or not, at most ``pods_ready_timeout`` seconds; once they were all
+        Ready, a Pod that stops being Ready (a lost node, a Pod deleted) has
+        ``pods_ready_recovery_timeout`` seconds to be Ready again. Past it the workload is evicted
+        (reason ``PodsReadyTimeout``): its Job is suspended and, once none of its Pods holds a GPU,
+        the run is reported ``Evicted`` for the service to requeue (with backoff)."""
+        nodes = {n["metadata"]["name"]: n for n in self.nodes.snapshot()} if self.nodes.synced.is_set() else {}
+        if not nodes:  # no Node watch (yet, or forbidden): what the Pods say
+            nodes = {p["spec"]["nodeName"]: {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+                     for p in pods if (p.get("spec") or {}).get("nodeName")}
+        ready, why, since = pods_ready(job, pods, nodes)
+        if ready:
+            run.unready_since, run.was_ready = None, True
+            return
+        if run.unready_since is None:
+            start = run.resumed_at if not run.was_ready and run.resumed_at is not None else (since or now)
+            run.unready_since = max(run.floor, min(start, now))
+        timeout = self.pods_ready_recovery_timeout if run.was_ready else self.pods_ready_timeout
+        if now - run.unready_since <= timeout:
+            return
+        detail = "; ".join(why)
+        ev = failed_create(self.events.snapshot(), job) if not pods else None
+        if ev is not None:
+            detail = f"the Job cannot create its Pods: FailedCreate: {ev.get('message') or ''}"
+        run.mode, run.evict_reason = "evicting", "PodsReadyTimeout"
+        # Billing ends when the Pods stopped running (a lost node), or now for Pods that never ran.
+        run.stopped_at = max(run.floor, min(now, since if (run.was_ready and since) else now))
+        what = "were not Ready again" if run.was_ready else "were not all Ready"
+        run.reason = (f"Exceeded the PodsReady timeout {run.namespace}/{run.name}: its Pods {what} within "
+                      f"{timeout:.0f} s: {detail}")
+        log.warning("kubernetes: evicting %s/%s: %s", run.namespace, run.name, run.reason)
+        self._try(run, "suspend")
+
+    def _evicted(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
+        """An evicting run is reported ``Evicted`` once its Job is suspended (or gone) and none of
+        its Pods holds a GPU any more (a Pod still terminating on a Ready node does; one on a lost
+        node does not: that node's GPUs are not schedulable)."""
+        if run.op is not None:
+            return []
+        if job is not None and not (job.get("spec") or {}).get("suspend"):
+            return []
+        if [p for p in live_pods(pods) if not self._lost(p)]:
+            return []
+        return [RunStatus(run.uid, EVICTED, None, run.stopped_at or now, run.reason,
+                          details={"reason": run.evict_reason})]
 
     def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
         return finished_status(run, job, pods, now)
@@ -608,21 +769,14 @@ class KubernetesBackend:
 
     def _pod_creation_observations(self, run: _Run, job: dict, now: float) -> list[RunStatus]:
         """A resumed Job with no Pod: the Job controller's FailedCreate reason, shown once per
-        message (``Waiting``); past ``pods_ready_timeout`` the Job is deleted and the run reported
-        Failed (``PodsReadyTimeout``) once it is gone, which gives its quota back."""
+        message (``Waiting``); past ``pods_ready_timeout`` the workload is evicted
+        (:meth:`_wait_for_pods_ready`), which gives its quota back."""
         ev = failed_create(self.events.snapshot(), job)
         out = []
         msg = f"the Job cannot create its Pods: FailedCreate: {ev.get('message') or ''}".rstrip(": ") if ev else ""
         if ev is not None and f"failedcreate:{msg}" not in run.reported:
             run.reported.add(f"failedcreate:{msg}")
             out.append(RunStatus(run.uid, WAITING, None, now, msg))
-        if run.resumed_at is not None and now - run.resumed_at > self.pods_ready_timeout:
-            why = msg or "the Job controller created no Pod"
-            log.warning("kubernetes: Job %s/%s has no Pod %.0f s after it was resumed (%s); deleting it",
-                        run.namespace, run.name, now - run.resumed_at, why)
-            run.mode = "deleting"
-            run.reason = f"PodsReadyTimeout: no Pod within {self.pods_ready_timeout:.0f} s of admission; {why}"
-            self._try(run, "delete")
         return out
 
     def _job_exists(self, run: _Run) -> bool:
@@ -639,10 +793,14 @@ class KubernetesBackend:
         now = self.clock()
         out = self._started_outcomes(now)
         out += self._retry_due(now)
-        if not all(inf.synced.is_set() for inf in self._informers if inf is not self.events):
-            # (events only add messages: a role without `list events` must not stall the queue)
+        if not all(inf.synced.is_set() for inf in self._gating):
+            # (events only add messages, nodes and priority classes only refine: a role without
+            # them must not stall the queue)
             return out
         pods = self._pods_by_uid()
+        for run in list(self._runs.values()):
+            while run.notices:
+                out.append(RunStatus(run.uid, WAITING, None, now, run.notices.pop(0)))
         for uid, run in list(self._runs.items()):
             if run.op == "start":
                 continue
@@ -651,7 +809,7 @@ class KubernetesBackend:
                 job = None
             for st in self._observe(run, job, pods.get(uid, []), now):
                 out.append(st)
-                if st.state in (SUCCEEDED, FAILED):
+                if st.state in (SUCCEEDED, FAILED, EVICTED):
                     self._runs.pop(uid, None)
         return out
 
@@ -699,6 +857,25 @@ class KubernetesBackend:
 
     def running(self) -> list[str]:
         return list(self._runs)
+
+    def requeuing_strategy(self) -> dict:
+        """Kueue's ``waitForPodsReady.requeuingStrategy`` as the service applies it to a workload
+        evicted for ``PodsReadyTimeout`` (``service/admission.py``: ``evicted_by_timeout``)."""
+        return {"backoffBaseSeconds": self.requeue_backoff_base, "backoffMaxSeconds": self.requeue_backoff_max,
+                "backoffLimitCount": self.requeue_backoff_limit}
+
+    def discard(self, uid: str, namespace: str, name: str) -> None:
+        """Delete the (suspended) Job of a workload that will not run again (its requeuing limit
+        was exceeded); best effort: a Job left behind holds nothing."""
+        if uid in self._runs:
+            return
+        ns = self.namespace_for(namespace)
+        try:
+            job = self.jobs.get(ns, name)
+            if job is not None and ((job.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == uid:
+                self.client.delete(self._job_path(ns, name), propagation_policy="Background")
+        except KubeApiError as err:
+            log.warning("kubernetes: cannot delete Job %s/%s of %s: %s", ns, name, uid, err)
 
     # -- logs ---------------------------------------------------------------------------------------
     def read_log(self, uid: str, offset: int, limit: int) -> tuple[bytes, int, bool]:

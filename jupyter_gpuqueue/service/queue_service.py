@@ -287,6 +287,8 @@ class QueueService:
                     elif st.uid in records:
                         self.admission.finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
         self.admission.enforce_max_runtime(now)
+        if self.live.requeue_at:
+            self.admission.requeue_due(now)  # requeuingStrategy backoff over
         if self.admission._reasons_to_write and now - self.admission._reasons_written_at >= self.admission.reason_write_interval:
             self.admission.write_reasons(now)
         self.costs.costs_tick(now)  # budget holds, spot notices, utilization samples (service/costs.py)
@@ -359,8 +361,13 @@ class QueueService:
 
     # -- views ---------------------------------------------------------------------------------------
     def info(self, user: str) -> dict:
-        """:meth:`Views.info`."""
-        return self.views.info(user)
+        """:meth:`Views.info`; with a cluster backend also ``clusterAccess`` (its start-up check of
+        the service account's permissions: ``checked``, ``missing``, ``error``)."""
+        out = self.views.info(user)
+        access = getattr(getattr(self.backend, "inner", self.backend), "access", None)
+        if callable(access):
+            out["clusterAccess"] = access()
+        return out
 
     def list_workloads(self, *, namespace: Optional[str] = None, owner: Optional[str] = None,
                        states: Optional[Iterable[str]] = None) -> list[dict]:
