@@ -672,10 +672,10 @@ class KubernetesBackend:
     def _observe(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
         """What to report about one run (base: Job and Pods; the Kueue backend adds Workloads)."""
         if run.mode == "deleting":
-            if job is None and not live_pods(pods) and run.op is None:
+            if job is None and not self._holding(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, exit_code(pods), now, run.reason)]
             return []
-        if job is None and run.mode == "suspending" and not live_pods(pods):
+        if job is None and run.mode == "suspending" and not self._holding(pods):
             return [RunStatus(run.uid, FAILED, None, now, run.reason)]  # nothing of it runs
         if run.mode == "evicting":
             return self._evicted(run, job, pods, now)
@@ -696,7 +696,7 @@ class KubernetesBackend:
         if fin is not None:
             return [fin]
         if run.mode == "suspending":
-            if job.get("spec", {}).get("suspend") and not live_pods(pods) and run.op is None:
+            if job.get("spec", {}).get("suspend") and not self._holding(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, None, now, run.reason)]
             return []
         out = []
@@ -707,6 +707,11 @@ class KubernetesBackend:
         if not self.delegates_admission and not (job.get("spec") or {}).get("suspend"):
             self._wait_for_pods_ready(run, job, pods, now)
         return out
+
+    def _holding(self, pods: list[dict]) -> list[dict]:
+        """The Pods that may still hold a GPU we could give to another job: not finished, and not
+        on a lost Node (a zombie there holds no GPU the scheduler could place anything on)."""
+        return [p for p in live_pods(pods) if not self._lost(p)]
 
     def _lost(self, pod: dict) -> bool:
         """The Pod is bound to a Node that is not Ready (or gone): it runs nothing we can count on,
@@ -746,7 +751,15 @@ class KubernetesBackend:
         run.reason = (f"Exceeded the PodsReady timeout {run.namespace}/{run.name}: its Pods {what} within "
                       f"{timeout:.0f} s: {detail}")
         log.warning("kubernetes: evicting %s/%s: %s", run.namespace, run.name, run.reason)
-        self._try(run, "suspend")
+        if any(self._lost(p) for p in live_pods(pods)):
+            # Its Pods on a lost Node stay Terminating until the node comes back (no kubelet to
+            # confirm them gone), and a Job with a podFailurePolicy does not replace a Pod until
+            # it has failed (Kubernetes 1.28: onlyReplaceFailedPods), so a resumed Job would never
+            # run again: the Job is deleted (Background) and created anew on re-admission. (Kueue
+            # leaves this to its opt-in failureRecoveryPolicy, KEP-6757.)
+            self._try(run, "delete")
+        else:
+            self._try(run, "suspend")
 
     def _evicted(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
         """An evicting run is reported ``Evicted`` once its Job is suspended (or gone) and none of
@@ -756,7 +769,7 @@ class KubernetesBackend:
             return []
         if job is not None and not (job.get("spec") or {}).get("suspend"):
             return []
-        if [p for p in live_pods(pods) if not self._lost(p)]:
+        if self._holding(pods):
             return []
         return [RunStatus(run.uid, EVICTED, None, run.stopped_at or now, run.reason,
                           details={"reason": run.evict_reason})]
