@@ -63,6 +63,7 @@ from ..errors import Conflict, Forbidden, GpuQueueError, ValidationError
 from .base import FAILED, SUCCEEDED, RunInfo, RunStatus
 from .k8s_client import KubeApiError, KubeClient, path_for
 from .k8s_informer import Informer
+from .k8s_podsready import PodsReadyWatch
 from .k8s_rbac import forbidden_what, missing_permissions
 from .k8s_status import (
     EVICTED,
@@ -73,10 +74,7 @@ from .k8s_status import (
     exit_code,
     failed_create,
     finished_status,
-    live_pods,
-    node_ready,
     pod_observations,
-    pods_ready,
     user_error,
 )
 from .k8s_jobs import (
@@ -152,8 +150,6 @@ class KubernetesBackend:
         self.sync_timeout = sync_timeout
         self.clock = clock
         self.pods_ready_timeout = pods_ready_timeout
-        self.pods_ready_recovery_timeout = (pods_ready_timeout if pods_ready_recovery_timeout is None
-                                            else pods_ready_recovery_timeout)
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.forbidden_attempts = max(1, int(forbidden_attempts))
         self.requeue_backoff_base = float(requeue_backoff_base)
@@ -163,6 +159,9 @@ class KubernetesBackend:
         # The start-up access check (k8s_rbac): None until it has answered.
         self.missing_permissions: Optional[list[str]] = None
         self.access_error: Optional[str] = None
+        self.access_done = threading.Event()  # the check has answered, failed, or is off
+        if not check_access:
+            self.access_done.set()
         self._pool = (ThreadPoolExecutor(max_workers=int(start_concurrency), thread_name_prefix="k8s-start")
                       if start_concurrency and start_concurrency > 0 else None)
         self._started: "queue.SimpleQueue[tuple[_Run, Optional[BaseException]]]" = queue.SimpleQueue()
@@ -176,8 +175,11 @@ class KubernetesBackend:
         # PriorityClasses: a submission naming one the cluster lacks is refused (dry_run).
         self.priority_classes = Informer(self.client, path_for(*PRIORITY_CLASSES), None, name="priorityclasses")
         self._informers = [self.jobs, self.pods, self.events, self.nodes, self.priority_classes]
-        for inf in (self.jobs, self.pods, self.events, self.nodes):
+        self.pods_ready = PodsReadyWatch(self.nodes, pods_ready_timeout, pods_ready_recovery_timeout)
+        for inf in (self.jobs, self.pods, self.events):
             inf.on_change = self._changed
+        self.nodes_version = 0  # counts the Node watch's changes (the service follows them)
+        self.nodes.on_change = self._nodes_changed
         self._gating = [self.jobs, self.pods]  # poll reports nothing until these have listed
         self._wakeup: Optional[Callable[[], None]] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -212,6 +214,10 @@ class KubernetesBackend:
         except RuntimeError:  # the loop is closed
             self._wake_pending.clear()
 
+    def _nodes_changed(self) -> None:
+        self.nodes_version += 1
+        self._changed()
+
     def start_informers(self) -> None:
         for inf in self._informers:
             inf.start()
@@ -229,6 +235,7 @@ class KubernetesBackend:
         except KubeApiError as err:
             self.access_error = f"cannot check the service account's permissions: {err.field_message()}"
             log.warning("kubernetes: %s", self.access_error)
+            self.access_done.set()
             return
         self.missing_permissions = missing
         if missing:
@@ -236,6 +243,7 @@ class KubernetesBackend:
                         "ClusterRole (docs/kubernetes.md, RBAC): %s", len(missing), ", ".join(missing))
         else:
             log.info("kubernetes: the service account has every permission of the documented ClusterRole")
+        self.access_done.set()
 
     def access(self) -> dict:
         """The start-up access check's outcome, for ``GET /info`` (``clusterAccess``): ``checked``,
@@ -709,70 +717,22 @@ class KubernetesBackend:
         return out
 
     def _holding(self, pods: list[dict]) -> list[dict]:
-        """The Pods that may still hold a GPU we could give to another job: not finished, and not
-        on a lost Node (a zombie there holds no GPU the scheduler could place anything on)."""
-        return [p for p in live_pods(pods) if not self._lost(p)]
+        return self.pods_ready.holding(pods)
 
     def _lost(self, pod: dict) -> bool:
-        """The Pod is bound to a Node that is not Ready (or gone): it runs nothing we can count on,
-        and it holds no GPU we could give (the Node is not schedulable either)."""
-        node = (pod.get("spec") or {}).get("nodeName")
-        return bool(node) and self.nodes.synced.is_set() and not node_ready(self.nodes.get("", node))
+        return self.pods_ready.lost(pod)
 
     def _wait_for_pods_ready(self, run: _Run, job: dict, pods: list[dict], now: float) -> None:
-        """Kueue's ``waitForPodsReady``: from admission (the resume) until every Pod is Ready,
-        whether Pods exist or not, at most ``pods_ready_timeout`` seconds; once they were all
-        Ready, a Pod that stops being Ready (a lost node, a Pod deleted) has
-        ``pods_ready_recovery_timeout`` seconds to be Ready again. Past it the workload is evicted
-        (reason ``PodsReadyTimeout``): its Job is suspended and, once none of its Pods holds a GPU,
-        the run is reported ``Evicted`` for the service to requeue (with backoff)."""
-        nodes = {n["metadata"]["name"]: n for n in self.nodes.snapshot()} if self.nodes.synced.is_set() else {}
-        if not nodes:  # no Node watch (yet, or forbidden): what the Pods say
-            nodes = {p["spec"]["nodeName"]: {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-                     for p in pods if (p.get("spec") or {}).get("nodeName")}
-        ready, why, since = pods_ready(job, pods, nodes)
-        if ready:
-            run.unready_since, run.was_ready = None, True
-            return
-        if run.unready_since is None:
-            start = run.resumed_at if not run.was_ready and run.resumed_at is not None else (since or now)
-            run.unready_since = max(run.floor, min(start, now))
-        timeout = self.pods_ready_recovery_timeout if run.was_ready else self.pods_ready_timeout
-        if now - run.unready_since <= timeout:
-            return
-        detail = "; ".join(why)
+        """Kueue's ``waitForPodsReady`` (``k8s_podsready``): past its timeout the run is evicted:
+        its Job suspended, or deleted when Pods of it are on a lost Node."""
         ev = failed_create(self.events.snapshot(), job) if not pods else None
-        if ev is not None:
-            detail = f"the Job cannot create its Pods: FailedCreate: {ev.get('message') or ''}"
-        run.mode, run.evict_reason = "evicting", "PodsReadyTimeout"
-        # Billing ends when the Pods stopped running (a lost node), or now for Pods that never ran.
-        run.stopped_at = max(run.floor, min(now, since if (run.was_ready and since) else now))
-        what = "were not Ready again" if run.was_ready else "were not all Ready"
-        run.reason = (f"Exceeded the PodsReady timeout {run.namespace}/{run.name}: its Pods {what} within "
-                      f"{timeout:.0f} s: {detail}")
-        log.warning("kubernetes: evicting %s/%s: %s", run.namespace, run.name, run.reason)
-        if any(self._lost(p) for p in live_pods(pods)):
-            # Its Pods on a lost Node stay Terminating until the node comes back (no kubelet to
-            # confirm them gone), and a Job with a podFailurePolicy does not replace a Pod until
-            # it has failed (Kubernetes 1.28: onlyReplaceFailedPods), so a resumed Job would never
-            # run again: the Job is deleted (Background) and created anew on re-admission. (Kueue
-            # leaves this to its opt-in failureRecoveryPolicy, KEP-6757.)
-            self._try(run, "delete")
-        else:
-            self._try(run, "suspend")
+        op = self.pods_ready.check(run, job, pods, now, ev)
+        if op is not None:
+            log.warning("kubernetes: evicting %s/%s: %s", run.namespace, run.name, run.reason)
+            self._try(run, op)
 
     def _evicted(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
-        """An evicting run is reported ``Evicted`` once its Job is suspended (or gone) and none of
-        its Pods holds a GPU any more (a Pod still terminating on a Ready node does; one on a lost
-        node does not: that node's GPUs are not schedulable)."""
-        if run.op is not None:
-            return []
-        if job is not None and not (job.get("spec") or {}).get("suspend"):
-            return []
-        if self._holding(pods):
-            return []
-        return [RunStatus(run.uid, EVICTED, None, run.stopped_at or now, run.reason,
-                          details={"reason": run.evict_reason})]
+        return self.pods_ready.evicted(run, job, pods, now)
 
     def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
         return finished_status(run, job, pods, now)

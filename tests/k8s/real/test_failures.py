@@ -149,15 +149,22 @@ def test_a_lost_node_requeues_its_job_which_runs_on_another_node(control_plane, 
                  what="node-a Ready and untainted again")
 
 
-def test_a_job_whose_nodes_are_all_cordoned_is_evicted_at_the_timeout_and_stops_billing(control_plane,
-                                                                                         node_agent, tmp_path):
-    """Every H100 node cordoned after the job was admitted: its Pod is Unschedulable; at
-    ``pods_ready_timeout`` the workload is evicted (PodsReadyTimeout) and waits out its requeuing
-    backoff in the queue, its cost no longer growing."""
+def test_an_admitted_job_whose_pod_cannot_be_scheduled_is_evicted_at_the_timeout_and_stops_billing(
+        control_plane, node_agent, tmp_path):
+    """The H100s taken by a Pod outside the queue after the service read its inventory: the
+    admitted job's Pod is Unschedulable; at ``pods_ready_timeout`` the workload is evicted
+    (PodsReadyTimeout), its Job suspended, and it waits out its requeuing backoff in the queue,
+    its cost no longer growing."""
     q = KubeQueue(control_plane, tmp_path)
     try:
         svc = q.service(pods_ready_timeout=4, requeue_backoff_base=600)
-        control_plane.kube.merge_patch("/api/v1/nodes/node-b", {"spec": {"unschedulable": True}})
+        control_plane.kube.create(f"/api/v1/namespaces/{q.ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "h100-hog"},
+            "spec": {"restartPolicy": "Never", "nodeSelector": {"nvidia.com/gpu.product": H100},
+                     "containers": [{"name": "x", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "4"}},
+                                     "command": [PY, "-c", "import time; time.sleep(600)"]}]}})
+        wait_for(lambda: control_plane.kube.get(f"/api/v1/namespaces/{q.ns}/pods/h100-hog")["status"].get("phase")
+                 == "Running", what="the H100s taken")
         svc.submit({"name": "stuck", "command": [PY, "-c", "print('ran')"], "gpus": 1, "flavor": "nvidia-h100"},
                    user="alice")
         wait_for(lambda: "unschedulable" in (rec(svc, "stuck")["message"] or ""), step=svc.tick,
@@ -167,15 +174,41 @@ def test_a_job_whose_nodes_are_all_cordoned_is_evicted_at_the_timeout_and_stops_
         r = rec(svc, "stuck")
         assert r["state"] == PENDING and r["reason"] == "PodsReadyTimeout"
         assert "Exceeded the PodsReady timeout" in r["message"] and "backoff 600 s" in r["message"]
-        job = q.job("stuck")
-        assert job["spec"]["suspend"] is True and not q.pods("stuck") or all(
-            p["metadata"].get("deletionTimestamp") for p in q.pods("stuck"))
+        assert "not scheduled" in r["message"] and "Insufficient nvidia.com/gpu" in r["message"]
+        assert q.job("stuck")["spec"]["suspend"] is True
+        wait_for(lambda: not q.pods("stuck"), what="its Pod deleted by the Job controller")
         cost = r["costUsd"]
         assert cost > 0
         for _ in range(10):
             svc.tick()
             time.sleep(0.2)
         assert rec(svc, "stuck")["costUsd"] == cost and rec(svc, "stuck")["state"] == PENDING
+    finally:
+        # the H100s free again before the next test's service reads its inventory
+        _force_delete_pods(control_plane, q.ns)
+        q.close()
+        wait_for(lambda: not [p for p in control_plane.kube.list("/api/v1/pods")[0]
+                              if p["metadata"]["name"] == "h100-hog"], what="the hog gone")
+
+
+def test_nothing_is_admitted_onto_cordoned_nodes(control_plane, node_agent, tmp_path):
+    """The inventory follows the Nodes (the backend's Node watch): every H100 node cordoned after
+    the service started, an H100 job waits unadmitted (no Job created, no cost), and runs once the
+    node is uncordoned."""
+    q = KubeQueue(control_plane, tmp_path)
+    try:
+        svc = q.service()
+        control_plane.kube.merge_patch("/api/v1/nodes/node-b", {"spec": {"unschedulable": True}})
+        wait_for(lambda: any(t.key == "node.kubernetes.io/unschedulable" for n in svc.inventory.nodes
+                             if n.name == "node-b" for t in n.taints), step=svc.tick, what="the cordon followed")
+        svc.submit({"name": "waits", "command": [PY, "-c", "print('ran')"], "gpus": 1, "flavor": "nvidia-h100"},
+                   user="alice")
+        for _ in range(10):
+            svc.tick()
+            time.sleep(0.1)
+        assert rec(svc, "waits")["state"] == PENDING and q.job("waits") is None
+        control_plane.kube.merge_patch("/api/v1/nodes/node-b", {"spec": {"unschedulable": False}})
+        wait_for(state_is(svc, "waits", SUCCEEDED), step=svc.tick)
     finally:
         control_plane.kube.merge_patch("/api/v1/nodes/node-b", {"spec": {"unschedulable": False}})
         q.close()
