@@ -97,6 +97,8 @@ class JobRun:
     was_ready: bool = False  # every Pod was Ready once since the last admission
     stopped_at: Optional[float] = None  # eviction: when its Pods stopped running (billing ends)
     evict_reason: str = ""  # Kueue's Evicted reason (PodsReadyTimeout)
+    deleted_pods: list = field(default_factory=list)  # Pods of it deleted by someone else, by name
+    pod_finished_at: Optional[float] = None  # the latest container finishedAt seen of its Pods
 
 
 EVICTED = "Evicted"  # the run was stopped for a reason not the job's; the service requeues it

@@ -72,6 +72,7 @@ from .k8s_status import (
     JobRun as _Run,
     condition,
     exit_code,
+    parse_time,
     failed_create,
     finished_status,
     pod_observations,
@@ -735,7 +736,31 @@ class KubernetesBackend:
         return self.pods_ready.evicted(run, job, pods, now)
 
     def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
-        return finished_status(run, job, pods, now)
+        """The Job's outcome (``k8s_status.finished_status``). A Pod of it deleted by someone else
+        (seen with a ``deletionTimestamp`` while the run was ours to run) makes a failure say so
+        ("its Pod … was deleted"), ended at its container's ``finishedAt``; and no outcome is
+        reported while a Pod of the run still exists terminating, so that its GPUs are given to
+        no one before the Pod object is gone."""
+        if run.mode == "active":
+            for p in pods:
+                md = p.get("metadata") or {}
+                if md.get("deletionTimestamp") and md.get("name") not in run.deleted_pods:
+                    run.deleted_pods.append(md.get("name"))
+        for p in pods:
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                end = parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                if end is not None:
+                    run.pod_finished_at = max(run.pod_finished_at or 0.0, end)
+        fin = finished_status(run, job, pods, now)
+        if fin is None or fin.state != FAILED or not run.deleted_pods:
+            return fin
+        if any((p.get("metadata") or {}).get("name") in run.deleted_pods for p in pods):
+            return None  # the deleted Pod is still there: it may hold its GPUs
+        fin.message = (f"its Pod {', '.join(run.deleted_pods)} was deleted"
+                       + (f" (exit code {fin.exit_code})" if fin.exit_code is not None else "") + f"; {fin.message}")
+        if run.pod_finished_at:
+            fin.finished_at = max(run.floor, run.pod_finished_at)
+        return fin
 
     def _pod_observations(self, run: _Run, pods: list[dict], now: float) -> list[RunStatus]:
         return pod_observations(run, pods, now)

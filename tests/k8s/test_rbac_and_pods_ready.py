@@ -74,3 +74,31 @@ def test_created_jobs_ignore_disruptions_and_carry_their_ttl():
     assert "podFailurePolicy" not in job["spec"] and job["spec"]["ttlSecondsAfterFinished"] == 5
     assert "ttlSecondsAfterFinished" not in build_job(req.__class__(**{**req.__dict__, "spec": {
         "podSets": [{"count": 1, "requests": {}}], "command": ["true"]}}), None, image="b")["spec"]
+
+
+def _k8s_node(name, *, unschedulable=False, ready="True", gpus="2"):
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "A100"}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": {"nvidia.com/gpu": gpus}, "conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def test_the_inventory_follows_the_nodes():
+    from jupyter_gpuqueue.engine.model import Inventory
+    from jupyter_gpuqueue.engine.placement import DeviceAllocator
+    from jupyter_gpuqueue.inventory.kubernetes import follow_nodes, node_from_k8s
+
+    inv = Inventory(nodes=[node_from_k8s(_k8s_node("a")), node_from_k8s(_k8s_node("b"))], source="kubernetes")
+    alloc = DeviceAllocator(inv)
+    assert follow_nodes(inv, [_k8s_node("a"), _k8s_node("b")]) == ([], [])
+    changed, added = follow_nodes(inv, [_k8s_node("a", unschedulable=True), _k8s_node("c")])
+    assert changed == ["a", "b"] and [n.name for n in added] == ["c"]
+    a, b = inv.nodes
+    assert [t.key for t in a.taints] == ["node.kubernetes.io/unschedulable"]
+    assert [t.key for t in b.taints] == ["node.kubernetes.io/unreachable"]  # deleted
+    alloc.add_node(added[0])
+    assert [n.name for n in inv.nodes] == ["a", "b", "c"] and alloc.totals("nvidia.com/gpu", inv.nodes) == (6, 6)
+    changed, _ = follow_nodes(inv, [_k8s_node("a", ready="Unknown"), _k8s_node("b", ready="False"), _k8s_node("c")])
+    assert [t.key for t in a.taints] == ["node.kubernetes.io/unreachable"]
+    assert [t.key for t in b.taints] == ["node.kubernetes.io/not-ready"]
+    follow_nodes(inv, [_k8s_node("a"), _k8s_node("b"), _k8s_node("c")])
+    assert not a.taints and not b.taints

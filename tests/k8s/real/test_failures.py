@@ -240,3 +240,47 @@ def test_finished_jobs_are_removed_after_their_ttl_and_deleted_priority_classes_
         assert q.job("late") is None
     finally:
         q.close()
+
+
+def test_a_pod_deleted_by_hand_holds_its_gpus_until_it_is_gone(control_plane, node_agent, tmp_path):
+    """A running job's Pod deleted with ``kubectl delete pod`` (grace 3 s; the process ignores
+    SIGTERM): while the Pod object exists, terminating, the workload keeps its quota and nothing
+    else is admitted onto its GPUs; once it is gone the workload fails saying its Pod was deleted,
+    ended at the container's ``finishedAt``, and the next job runs."""
+    q = KubeQueue(control_plane, tmp_path)
+    try:
+        svc = q.service()
+        stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+        svc.submit({"name": "victim", "command": [PY, "-c", stubborn], "gpus": 2, "flavor": "nvidia-a100"},
+                   user="alice")
+        wait_for(state_is(svc, "victim", RUNNING), step=svc.tick)
+        svc.submit({"name": "next", "command": [PY, "-c", "print('next')"], "gpus": 2, "flavor": "nvidia-a100"},
+                   user="alice")
+        [pod] = q.pods("victim")
+        path = f"/api/v1/namespaces/{q.ns}/pods/{pod['metadata']['name']}"
+        control_plane.kube.request("DELETE", path, body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                                         "gracePeriodSeconds": 3})
+        seen_terminating, finished = False, None
+        while True:
+            svc.tick()
+            try:
+                cur = control_plane.kube.get(path)
+            except KubeApiError as err:
+                assert err.status == 404
+                break
+            seen_terminating = seen_terminating or bool(cur["metadata"].get("deletionTimestamp"))
+            term = ((cur["status"].get("containerStatuses") or [{}])[0].get("state") or {}).get("terminated")
+            finished = parse_time(term["finishedAt"]) if term else finished
+            assert rec(svc, "victim")["state"] == RUNNING and rec(svc, "next")["state"] == PENDING
+            time.sleep(0.1)
+        assert seen_terminating
+        wait_for(state_is(svc, "victim", FAILED), step=svc.tick)
+        v = rec(svc, "victim")
+        assert f"its Pod {pod['metadata']['name']} was deleted" in v["message"] and v["exitCode"] == 137
+        if finished is not None:  # the container's end, as the stand-in (kubelet) wrote it
+            assert v["finishedAt"] == max(finished, v["startedAt"])
+        wait_for(state_is(svc, "next", SUCCEEDED), step=svc.tick)
+        n = rec(svc, "next")
+        assert n["startedAt"] >= v["finishedAt"]
+    finally:
+        q.close()
