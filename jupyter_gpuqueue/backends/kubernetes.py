@@ -751,11 +751,15 @@ class KubernetesBackend:
                 end = parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
                 if end is not None:
                     run.pod_finished_at = max(run.pod_finished_at or 0.0, end)
+        code = exit_code(pods)
+        run.pod_exit_code = code if code is not None else run.pod_exit_code
         fin = finished_status(run, job, pods, now)
         if fin is None or fin.state != FAILED or not run.deleted_pods:
             return fin
         if any((p.get("metadata") or {}).get("name") in run.deleted_pods for p in pods):
             return None  # the deleted Pod is still there: it may hold its GPUs
+        if fin.exit_code is None:  # the Pod is gone: its exit code as last seen
+            fin.exit_code = run.pod_exit_code
         fin.message = (f"its Pod {', '.join(run.deleted_pods)} was deleted"
                        + (f" (exit code {fin.exit_code})" if fin.exit_code is not None else "") + f"; {fin.message}")
         if run.pod_finished_at:

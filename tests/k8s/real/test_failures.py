@@ -284,3 +284,36 @@ def test_a_pod_deleted_by_hand_holds_its_gpus_until_it_is_gone(control_plane, no
         assert n["startedAt"] >= v["finishedAt"]
     finally:
         q.close()
+
+
+def test_a_refused_delete_is_said_on_the_workload_and_its_job_keeps_its_quota(control_plane, node_agent, tmp_path):
+    """A role without ``delete jobs``: a cancel's DELETE is answered 403; after three refusals
+    the workload's message names the verb and resource (not a silent hang), the Job still runs
+    and keeps its GPUs (the truth), and the delete goes on being retried."""
+    rules = [dict(r, verbs=[v for v in r["verbs"] if v != "delete"]) if r["resources"] == ["jobs"] else r
+             for r in documented_cluster_role()["rules"]]
+    q = KubeQueue(control_plane, tmp_path, rules=rules)
+    try:
+        svc = q.service()
+        access = wait_for(lambda: (lambda a: a if a["checked"] else None)(svc.info("alice")["clusterAccess"]),
+                          what="the access check")
+        assert access["missing"] == ["delete batch/jobs"]
+        svc.submit({"name": "sticky", "command": [PY, "-c", "import time; time.sleep(600)"], "gpus": 2,
+                    "flavor": "nvidia-a100"}, user="alice")
+        wait_for(state_is(svc, "sticky", RUNNING), step=svc.tick)
+        svc.cancel("team-a", "sticky", user="alice")
+        msg = wait_for(lambda: (lambda m: m if "may not delete batch/jobs" in m else None)(
+            rec(svc, "sticky")["message"] or ""), step=svc.tick, timeout=60, what="the refusal said")
+        assert "forbidden" in msg and "refused 3 times" in msg
+        assert q.job("sticky") is not None and [p for p in q.pods("sticky") if p["status"].get("phase") == "Running"]
+        assert svc.k8s.running()
+        svc.submit({"name": "after", "command": ["true"], "gpus": 2, "flavor": "nvidia-a100"}, user="alice")
+        for _ in range(5):
+            svc.tick()
+            time.sleep(0.1)
+        assert rec(svc, "after")["state"] == PENDING  # the A100 quota is still held
+    finally:
+        for svc in list(q.services):
+            q.close_service(svc)
+        control_plane.kube.delete(f"/apis/batch/v1/namespaces/{q.ns}/jobs/sticky")
+        q.close()
