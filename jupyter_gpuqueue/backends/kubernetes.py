@@ -30,11 +30,22 @@ creates of ``start_concurrency`` worker threads excepted):
 - :meth:`KubernetesBackend.adopt` after a restart finds the Job by our uid label.
 - A Job that cannot create its Pods (the Job controller's ``FailedCreate`` events: a PriorityClass
   missing from the cluster, a ResourceQuota, Pod Security) shows the event's message on the
-  workload at once (``Waiting``); if no Pod of it exists ``pods_ready_timeout`` seconds after it
-  was resumed, its Job is deleted and it is reported Failed (``PodsReadyTimeout``), so that its
-  quota is given back and its billing stops, as Kueue's ``waitForPodsReady`` evicts a workload
-  whose Pods are not ready in time (Kueue requeues it; a Job that cannot create Pods would only
-  fail again, so here it ends, with the reason).
+  workload at once (``Waiting``), as do Pods that cannot start (Unschedulable, ImagePullBackOff).
+- Kueue's ``waitForPodsReady`` (``k8s_podsready``): a run whose Pods are not all Ready within
+  ``pods_ready_timeout`` of admission, or not Ready again within ``pods_ready_recovery_timeout``
+  (a lost Node), is evicted: its Job suspended (deleted when Pods of it are on a lost Node), and
+  reported ``Evicted`` (reason ``PodsReadyTimeout``, the message naming each Pod and its Node) once
+  none of its Pods holds a GPU; the service requeues it with Kueue's ``requeuingStrategy`` backoff
+  (:meth:`KubernetesBackend.requeuing_strategy`) and bills it until its Pods stopped running.
+- Missing permissions: at start a ``SelfSubjectAccessReview`` per verb of the documented
+  ClusterRole (``k8s_rbac``; :meth:`KubernetesBackend.access`, ``GET /info``); a write refused
+  with a final 403 ``forbidden_attempts`` times says on the workload which verb on which resource
+  the role lacks (``Waiting``), and goes on being retried (a stop is never dropped). A preemption
+  whose ``status.startTime`` reset is refused (no ``update jobs/status``) goes on: the Job is
+  suspended and the victim's message says what is missing.
+- Nodes and PriorityClasses are followed by watches too: the Node watch tells which Pods are lost
+  (and the service keeps the inventory's taints in step with it); a submission naming a
+  PriorityClass the cluster no longer has is refused at once.
 
 Why threads for watches but synchronous writes: the protocol is synchronous and polled, so the
 watches run in daemon threads feeding caches that :meth:`poll` reads (level-triggered: poll derives
@@ -99,9 +110,10 @@ NODES = ("", "v1", "nodes")
 FAILED_CREATE = "involvedObject.kind=Job,reason=FailedCreate"
 
 class KubernetesBackend:
-    """See the module docstring. (Over 400 lines: one state machine per run, create / resume /
-    suspend / delete with their retries, and its observation, read as one; what it reads from the
-    API server's objects is in ``k8s_status``, the manifests in ``k8s_jobs``.)
+    """See the module docstring. (Over 400 lines, and the module over 800: one state machine per
+    run, create / resume / suspend / delete with their retries and refusals, and its observation,
+    read as one; what it reads from the API server's objects is in ``k8s_status``, the manifests
+    in ``k8s_jobs``, waitForPodsReady in ``k8s_podsready``, the access check in ``k8s_rbac``.)
 
     ``client``: a :class:`KubeClient` or a ``kubernetes.client.ApiClient`` (wrapped).
     ``config``: the queue configuration (ResourceFlavors, priority classes). ``image``: the
@@ -110,8 +122,13 @@ class KubernetesBackend:
     ``pod_template``: a partial PodSpec merged into form-built Jobs (``k8s_jobs.apply_pod_template``:
     volumes, the main container's volumeMounts, serviceAccountName...). ``volcano``:
     gang scheduling with Volcano (``schedulerName: volcano`` + a PodGroup with ``minMember``).
-    ``pods_ready_timeout``: seconds after a resume within which a Pod of the Job must exist (see
-    the module docstring; Kueue's ``waitForPodsReady.timeout`` defaults to 5 minutes too).
+    ``pods_ready_timeout`` / ``pods_ready_recovery_timeout`` (seconds; None: the timeout):
+    waitForPodsReady's (``k8s_podsready``; Kueue's ``waitForPodsReady.timeout`` defaults to 5
+    minutes too). ``requeue_backoff_base`` / ``requeue_backoff_max`` (seconds) /
+    ``requeue_backoff_limit`` (evictions; None: no limit): its requeuingStrategy, applied by the
+    service. ``ttl_seconds_after_finished``: of created Jobs (None: none). ``forbidden_attempts``:
+    403 refusals of a write before the workload says so. ``check_access``: the start-up
+    SelfSubjectAccessReviews.
     ``start_concurrency``: with N > 0, :meth:`start` returns at once and the Job is created by one
     of N worker threads (the service's loop does not wait for the API server; N creates are in
     flight together); the outcome comes back from :meth:`poll`: ``Started`` (the service records
