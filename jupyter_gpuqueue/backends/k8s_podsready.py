@@ -49,13 +49,18 @@ class PodsReadyWatch:
         and not lost (a Pod terminating on a Ready Node does hold its GPU until it is gone)."""
         return [p for p in live_pods(pods) if not self.lost(p)]
 
+    def node_map(self) -> dict[str, dict]:
+        """Node name → Node from the watch's cache ({} until it has listed); once per poll."""
+        return {n["metadata"]["name"]: n for n in self.nodes.snapshot()} if self.nodes.synced.is_set() else {}
+
     def check(self, run: JobRun, job: dict, pods: list[dict], now: float,
-              failed_create: Optional[dict] = None) -> Optional[str]:
+              failed_create: Optional[dict] = None, nodes: Optional[dict[str, dict]] = None) -> Optional[str]:
         """Follow ``run``'s PodsReady; at the timeout mark it evicting (``run.mode``, ``reason``,
         ``stopped_at``: when billing ends) and return the write that stops its Job
         (``"suspend"``, or ``"delete"`` with Pods on a lost Node); else None.
-        ``failed_create``: the Job controller's newest FailedCreate event, shown as the cause."""
-        nodes = {n["metadata"]["name"]: n for n in self.nodes.snapshot()} if self.nodes.synced.is_set() else {}
+        ``failed_create``: the Job controller's newest FailedCreate event, shown as the cause;
+        ``nodes``: :meth:`node_map` (None: read now)."""
+        nodes = self.node_map() if nodes is None else nodes
         if not nodes:  # no Node watch (yet, or forbidden): what the Pods say
             nodes = {p["spec"]["nodeName"]: {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
                      for p in pods if (p.get("spec") or {}).get("nodeName")}

@@ -194,6 +194,7 @@ class KubernetesBackend:
         self.priority_classes = Informer(self.client, path_for(*PRIORITY_CLASSES), None, name="priorityclasses")
         self._informers = [self.jobs, self.pods, self.events, self.nodes, self.priority_classes]
         self.pods_ready = PodsReadyWatch(self.nodes, pods_ready_timeout, pods_ready_recovery_timeout)
+        self._node_map: Optional[dict] = None
         for inf in (self.jobs, self.pods, self.events):
             inf.on_change = self._changed
         self.nodes_version = 0  # counts the Node watch's changes (the service follows them)
@@ -744,7 +745,9 @@ class KubernetesBackend:
         """Kueue's ``waitForPodsReady`` (``k8s_podsready``): past its timeout the run is evicted:
         its Job suspended, or deleted when Pods of it are on a lost Node."""
         ev = failed_create(self.events.snapshot(), job) if not pods else None
-        op = self.pods_ready.check(run, job, pods, now, ev)
+        if self._node_map is None:  # once per poll
+            self._node_map = self.pods_ready.node_map()
+        op = self.pods_ready.check(run, job, pods, now, ev, self._node_map)
         if op is not None:
             log.warning("kubernetes: evicting %s/%s: %s", run.namespace, run.name, run.reason)
             self._try(run, op)
@@ -817,6 +820,7 @@ class KubernetesBackend:
             # them must not stall the queue)
             return out
         pods = self._pods_by_uid()
+        self._node_map = None
         for run in list(self._runs.values()):
             while run.notices:
                 out.append(RunStatus(run.uid, WAITING, None, now, run.notices.pop(0)))
