@@ -100,6 +100,7 @@ class JobRun:
     deleted_pods: list = field(default_factory=list)  # Pods of it deleted by someone else, by name
     pod_finished_at: Optional[float] = None  # the latest container finishedAt seen of its Pods
     pod_exit_code: Optional[int] = None  # its container's exit code as last seen
+    pod_names: set = field(default_factory=set)  # names of its Pods seen so far
 
 
 EVICTED = "Evicted"  # the run was stopped for a reason not the job's; the service requeues it

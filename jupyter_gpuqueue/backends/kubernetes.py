@@ -761,10 +761,21 @@ class KubernetesBackend:
         ("its Pod … was deleted"), ended at its container's ``finishedAt``; and no outcome is
         reported while a Pod of the run still exists terminating, so that its GPUs are given to
         no one before the Pod object is gone."""
-        if run.mode == "active":
+        # Pods of it seen before and gone since: their last state (the informer's tombstone),
+        # which the caches may have skipped between two polls (terminated, then deleted).
+        names = {(p.get("metadata") or {}).get("name") for p in pods}
+        gone = [t for t in (self.pods.last_state(run.namespace, n) for n in run.pod_names - names) if t is not None]
+        run.pod_names |= names
+        pods = pods + [t for t in gone if ((t.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == run.uid]
+        failed = condition(job, "Failed")
+        failed_at = parse_time((failed or {}).get("lastTransitionTime"))
+        if run.mode == "active" and (failed or {}).get("reason") != "DeadlineExceeded":
             for p in pods:
                 md = p.get("metadata") or {}
-                if md.get("deletionTimestamp") and md.get("name") not in run.deleted_pods:
+                # asked for before the Job failed (the Job controller deletes the other Pods after)
+                asked = (parse_time(md.get("deletionTimestamp")) or 0.0) - float(md.get("deletionGracePeriodSeconds") or 0)
+                if md.get("deletionTimestamp") and md.get("name") not in run.deleted_pods and (
+                        failed_at is None or asked <= failed_at):
                     run.deleted_pods.append(md.get("name"))
         for p in pods:
             for cs in (p.get("status") or {}).get("containerStatuses") or []:
@@ -776,7 +787,7 @@ class KubernetesBackend:
         fin = finished_status(run, job, pods, now)
         if fin is None or fin.state != FAILED or not run.deleted_pods:
             return fin
-        if any((p.get("metadata") or {}).get("name") in run.deleted_pods for p in pods):
+        if any((p.get("metadata") or {}).get("name") in run.deleted_pods for p in pods if p not in gone):
             return None  # the deleted Pod is still there: it may hold its GPUs
         if fin.exit_code is None:  # the Pod is gone: its exit code as last seen
             fin.exit_code = run.pod_exit_code
