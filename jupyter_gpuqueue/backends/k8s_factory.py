@@ -8,7 +8,11 @@ namespace → cluster namespace), ``image`` (container image of Jobs built from 
 ``pod_template`` (partial PodSpec merged into them, see ``k8s_jobs.apply_pod_template``),
 ``volcano`` (bool), ``volcano_queue``, ``kueue_version``, ``visibility_interval``,
 ``pods_ready_timeout`` (seconds; see ``backends/kubernetes.py``), ``start_concurrency`` (Jobs created
-by worker threads, at most this many at a time; 0: on the service's thread; default 8).
+by worker threads, at most this many at a time; 0: on the service's thread; default 8),
+``job_ttl_seconds`` (``spec.ttlSecondsAfterFinished`` of created Jobs; None: kept; default 1 day),
+``pods_ready_recovery_timeout``, ``requeue_backoff_base`` / ``requeue_backoff_max`` /
+``requeue_backoff_limit`` (waitForPodsReady's requeuingStrategy), ``forbidden_attempts``,
+``check_access`` (the start-up SelfSubjectAccessReviews), passed to ``KubernetesBackend``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from ..errors import ValidationError
 from .k8s_client import KubeClient, load_api_client
 
 BACKENDS = ("kubernetes", "kueue")
+# Options passed as they are to KubernetesBackend (see its docstring).
+_KUBERNETES_ONLY = ("pods_ready_recovery_timeout", "requeue_backoff_base", "requeue_backoff_max",
+                    "requeue_backoff_limit", "forbidden_attempts", "check_access")
 
 
 class ClusterConnection:
@@ -56,6 +63,9 @@ class ClusterConnection:
         o = self.options
         common = dict(config=config, image=o.get("image") or "python:3.12-slim", namespaces=o.get("namespaces") or {},
                       pod_template=o.get("pod_template") or {})
+        if "job_ttl_seconds" in o:  # None: Jobs are kept
+            common["ttl_seconds_after_finished"] = o["job_ttl_seconds"]
+        k8s = {k: o[k] for k in _KUBERNETES_ONLY if k in o}
         if self.kind == "kueue":
             from .kueue import KueueBackend
 
@@ -65,4 +75,4 @@ class ClusterConnection:
 
         return KubernetesBackend(self.client, volcano=bool(o.get("volcano")), volcano_queue=o.get("volcano_queue"),
                                  pods_ready_timeout=float(o.get("pods_ready_timeout") or 300.0),
-                                 start_concurrency=int(o.get("start_concurrency", 8)), **common)
+                                 start_concurrency=int(o.get("start_concurrency", 8)), **k8s, **common)

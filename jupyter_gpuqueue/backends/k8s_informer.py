@@ -13,10 +13,15 @@ outage is retried promptly.
 Readers call :meth:`Informer.snapshot` / :meth:`Informer.get` from any thread. ``on_change`` (if
 given) is called from the informer's thread after every change, without arguments: the owner
 recomputes what it needs (level-triggered, so a missed or repeated event cannot mislead it).
+
+The last state of each deleted object is kept for a while (:meth:`Informer.last_state`, the newest
+``tombstones`` of them): an object that finished and was deleted between two reads of the cache (a
+Job removed by ``ttlSecondsAfterFinished``) still tells how it ended.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from typing import Callable, Optional
@@ -40,7 +45,7 @@ class Informer:
     def __init__(self, client: KubeClient, path: str, label_selector: Optional[str] = None, *,
                  field_selector: Optional[str] = None,
                  on_change: Optional[Callable[[], None]] = None, watch_timeout: int = 300,
-                 max_backoff: float = 30.0, name: str = ""):
+                 max_backoff: float = 30.0, name: str = "", tombstones: int = 2000):
         self.client = client
         self.path = path
         self.label_selector = label_selector
@@ -51,6 +56,8 @@ class Informer:
         self.name = name or path
         self._lock = threading.Lock()
         self._objects: dict[str, dict] = {}
+        self._gone: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+        self.tombstones = tombstones
         self.resource_version = ""
         self.synced = threading.Event()
         self.relists = 0  # how many times the collection was listed (1 + one per 410 / error)
@@ -67,6 +74,17 @@ class Informer:
     def get(self, namespace: str, name: str) -> Optional[dict]:
         with self._lock:
             return self._objects.get(f"{namespace}/{name}")
+
+    def last_state(self, namespace: str, name: str) -> Optional[dict]:
+        """The object as last seen before it was deleted (None: not deleted lately, or unknown)."""
+        with self._lock:
+            return self._gone.get(f"{namespace}/{name}")
+
+    def _bury(self, key: str, obj: dict) -> None:
+        self._gone[key] = obj
+        self._gone.move_to_end(key)
+        while len(self._gone) > self.tombstones:
+            self._gone.popitem(last=False)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> "Informer":
@@ -92,7 +110,13 @@ class Informer:
     def _relist(self) -> None:
         items, rv = self.client.list(self.path, self.label_selector, self.field_selector)
         with self._lock:
-            self._objects = {_key(o): o for o in items}
+            fresh = {_key(o): o for o in items}
+            for k, o in self._objects.items():
+                if k not in fresh:
+                    self._bury(k, o)
+            for k in fresh:
+                self._gone.pop(k, None)
+            self._objects = fresh
             self.resource_version = rv
         if self.relists:
             log.info("kubernetes informer %s: listed again (%d objects, resourceVersion %s)", self.name,
@@ -107,8 +131,10 @@ class Informer:
         with self._lock:
             if typ in ("ADDED", "MODIFIED"):
                 self._objects[_key(obj)] = obj
+                self._gone.pop(_key(obj), None)
             elif typ == "DELETED":
                 self._objects.pop(_key(obj), None)
+                self._bury(_key(obj), obj)
             if rv:
                 self.resource_version = rv
         if typ != "BOOKMARK":

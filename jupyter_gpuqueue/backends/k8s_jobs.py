@@ -8,6 +8,15 @@ PodSet's requests as requests *and* limits (extended resources such as ``nvidia.
 limit == request; core/v1 validation), ``restartPolicy: Never``, ``backoffLimit: 0`` (a failed
 GPU job is reported, not silently retried), ``activeDeadlineSeconds`` = the maximum run time.
 
+Every Job whose Pods have ``restartPolicy: Never`` (batch/v1 validation allows ``podFailurePolicy``
+only then) and that has no ``podFailurePolicy`` of its own gets one that ignores a Pod failed by a
+disruption (:data:`IGNORE_DISRUPTIONS`: condition ``DisruptionTarget``, which the taint manager,
+preemption by the scheduler, the API-initiated eviction and the Pod GC set): a lost node does not
+fail the job with ``BackoffLimitExceeded``; the queue evicts and requeues the workload instead
+(``waitForPodsReady``, backends/kubernetes.py). With ``ttl_seconds_after_finished`` set, the Job
+gets ``spec.ttlSecondsAfterFinished`` (unless it has one): the TTL-after-finished controller deletes
+it, with its Pods, that long after it completed or failed.
+
 Every Job gets (on the Job and on its pod template, so that Pods carry them too):
 
 - ``kueue.x-k8s.io/queue-name``: the LocalQueue (Kueue's QueueLabel);
@@ -42,6 +51,9 @@ SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 # On a notebook Pod whose GPUs a lease of this queue holds (hub/kubespawner.py's pod hook; the Pod
 # itself is KubeSpawner's, managed-by kubespawner).
 LEASE_WORKLOAD_LABEL = "gpuqueue.io/workload"
+# batch/v1 JobSpec.podFailurePolicy: a Pod failed by a disruption does not count against backoffLimit
+# (the Job controller replaces it); KEP-3329, beta and on by default since Kubernetes 1.26.
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # volcano pkg/apis scheduling KubeGroupNameAnnotationKey
 _SERVER_FIELDS = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
                   "deletionGracePeriodSeconds", "managedFields", "selfLink")
@@ -180,9 +192,12 @@ def _manifest_job(req: JobRequest) -> dict:
 
 
 def build_job(req: JobRequest, config: Optional[ClusterConfig], *, image: str = "", suspend: bool = True,
-              volcano: bool = False, pod_template: Optional[dict] = None) -> dict:
+              volcano: bool = False, pod_template: Optional[dict] = None,
+              ttl_seconds_after_finished: Optional[int] = None) -> dict:
     """The Job for ``req`` (see the module docstring), created suspended unless ``suspend`` is
-    False. With ``req.admission`` the flavors' node labels and tolerations are injected. Raises
+    False. With ``req.admission`` the flavors' node labels and tolerations are injected;
+    ``ttl_seconds_after_finished`` (seconds, None: none) becomes ``spec.ttlSecondsAfterFinished``
+    unless the manifest sets one. Raises
     ValidationError naming the field for a manifest that is not a batch/v1 Job, a form workload
     without command or image."""
     job = _manifest_job(req) if req.spec.get("source") == "manifest" else _form_job(req, image, pod_template)
@@ -201,6 +216,10 @@ def build_job(req: JobRequest, config: Optional[ClusterConfig], *, image: str = 
     _labels(meta).update(ours)
     _labels(tmeta).update(ours)
     job["spec"]["suspend"] = bool(suspend)
+    if pod_spec.get("restartPolicy") == "Never" and "podFailurePolicy" not in job["spec"]:
+        job["spec"]["podFailurePolicy"] = copy.deepcopy(IGNORE_DISRUPTIONS)
+    if ttl_seconds_after_finished is not None and "ttlSecondsAfterFinished" not in job["spec"]:
+        job["spec"]["ttlSecondsAfterFinished"] = int(ttl_seconds_after_finished)
     if volcano:
         pod_spec["schedulerName"] = "volcano"
         tmeta.setdefault("annotations", {})[VOLCANO_GROUP_ANNOTATION] = podgroup_name(req)

@@ -91,6 +91,35 @@ class JobRun:
     op_first: float = 0.0
     last_error: str = ""
     inflight: bool = False  # its start runs in a worker thread (start_concurrency)
+    notices: list = field(default_factory=list)  # messages for poll to report (Waiting), e.g. a 403
+    forbidden: int = 0  # consecutive 403 answers to the pending write ``op``
+    unready_since: Optional[float] = None  # PodsReady false since (waitForPodsReady), None: ready
+    was_ready: bool = False  # every Pod was Ready once since the last admission
+    stopped_at: Optional[float] = None  # eviction: when its Pods stopped running (billing ends)
+    evict_reason: str = ""  # Kueue's Evicted reason (PodsReadyTimeout)
+    deleted_pods: list = field(default_factory=list)  # Pods of it deleted by someone else, by name
+    pod_finished_at: Optional[float] = None  # the latest container finishedAt seen of its Pods
+    pod_exit_code: Optional[int] = None  # its container's exit code as last seen
+    pod_names: set = field(default_factory=set)  # names of its Pods seen so far
+
+
+EVICTED = "Evicted"  # the run was stopped for a reason not the job's; the service requeues it
+
+
+def pod_condition(pod: dict, typ: str) -> Optional[dict]:
+    """The Pod's ``status.conditions`` entry of type ``typ`` (any status), else None."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == typ:
+            return c
+    return None
+
+
+def node_ready(node: Optional[dict]) -> bool:
+    """A Node whose ``Ready`` condition is True (kubelet heartbeating, node lifecycle controller)."""
+    if node is None:
+        return False
+    c = pod_condition(node, "Ready")
+    return c is not None and c.get("status") == "True"
 
 
 def live_pods(pods: list[dict]) -> list[dict]:
@@ -161,3 +190,51 @@ def failed_create(events: list[dict], job: dict) -> Optional[dict]:
             if newest is None or (ev.get("lastTimestamp") or "") >= (newest.get("lastTimestamp") or ""):
                 newest = ev
     return newest
+
+
+def pods_ready(job: dict, pods: list[dict], nodes: dict[str, dict]) -> tuple[bool, list[str], Optional[float]]:
+    """Kueue's ``PodsReady`` of a batch/v1 Job (``pkg/controller/jobs/job``: ``succeeded + ready >=
+    podsCount``, podsCount = parallelism, at most completions): Pods Ready (condition ``Ready``,
+    not terminating, on a Node that is Ready; ``nodes``: name → Node, from the Node watch) plus
+    Pods that succeeded. Returns ``(ready, why_not, since)``: ``why_not`` one line per Pod that is
+    not ready, naming its node; ``since`` when the earliest of them stopped being ready (its
+    ``Ready`` condition's or its Node's transition time), None when unknown."""
+    spec = job.get("spec") or {}
+    count = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
+    if spec.get("completions") is not None:
+        count = min(count, int(spec["completions"]))
+    succeeded = max(int((job.get("status") or {}).get("succeeded") or 0),
+                    sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"))
+    ready, why, since = 0, [], []
+    for p in pods:
+        st, md = p.get("status") or {}, p.get("metadata") or {}
+        if st.get("phase") in ("Succeeded", "Failed"):
+            continue
+        name, node = md.get("name"), (p.get("spec") or {}).get("nodeName")
+        cond = pod_condition(p, "Ready") or {}
+        node_obj = nodes.get(node) if node else None
+        if node and not node_ready(node_obj):
+            nc = pod_condition(node_obj, "Ready") if node_obj else None
+            state = f"{nc.get('status')}" if nc else "gone"
+            why.append(f"pod {name} on node {node}: the node is not Ready ({'NotReady' if state == 'False' else state})")
+            since.append(parse_time((nc or {}).get("lastTransitionTime")) if nc else None)
+        elif md.get("deletionTimestamp"):
+            why.append(f"pod {name} on node {node} is terminating")
+            since.append(parse_time(md.get("deletionTimestamp")))
+        elif cond.get("status") == "True" and st.get("phase") == "Running":
+            ready += 1
+            continue
+        elif not node:
+            sched = pod_condition(p, "PodScheduled") or {}
+            why.append(f"pod {name} is not scheduled: {sched.get('reason') or 'Pending'}: {sched.get('message') or ''}"
+                       .rstrip(": "))
+        else:
+            waiting = [((cs.get("state") or {}).get("waiting") or {}).get("reason")
+                       for cs in st.get("containerStatuses") or []]
+            detail = ", ".join(w for w in waiting if w) or cond.get("reason") or "not Ready"
+            why.append(f"pod {name} on node {node}: {detail}")
+            since.append(parse_time(cond.get("lastTransitionTime")) if cond.get("status") == "False" else None)
+    if not pods or (not why and ready + succeeded < count):
+        why.append(f"{ready + succeeded} of {count} Pods ready")
+    known = [s for s in since if s is not None]
+    return ready + succeeded >= count, why, (min(known) if known else None)

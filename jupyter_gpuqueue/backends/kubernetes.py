@@ -30,11 +30,22 @@ creates of ``start_concurrency`` worker threads excepted):
 - :meth:`KubernetesBackend.adopt` after a restart finds the Job by our uid label.
 - A Job that cannot create its Pods (the Job controller's ``FailedCreate`` events: a PriorityClass
   missing from the cluster, a ResourceQuota, Pod Security) shows the event's message on the
-  workload at once (``Waiting``); if no Pod of it exists ``pods_ready_timeout`` seconds after it
-  was resumed, its Job is deleted and it is reported Failed (``PodsReadyTimeout``), so that its
-  quota is given back and its billing stops, as Kueue's ``waitForPodsReady`` evicts a workload
-  whose Pods are not ready in time (Kueue requeues it; a Job that cannot create Pods would only
-  fail again, so here it ends, with the reason).
+  workload at once (``Waiting``), as do Pods that cannot start (Unschedulable, ImagePullBackOff).
+- Kueue's ``waitForPodsReady`` (``k8s_podsready``): a run whose Pods are not all Ready within
+  ``pods_ready_timeout`` of admission, or not Ready again within ``pods_ready_recovery_timeout``
+  (a lost Node), is evicted: its Job suspended (deleted when Pods of it are on a lost Node), and
+  reported ``Evicted`` (reason ``PodsReadyTimeout``, the message naming each Pod and its Node) once
+  none of its Pods holds a GPU; the service requeues it with Kueue's ``requeuingStrategy`` backoff
+  (:meth:`KubernetesBackend.requeuing_strategy`) and bills it until its Pods stopped running.
+- Missing permissions: at start a ``SelfSubjectAccessReview`` per verb of the documented
+  ClusterRole (``k8s_rbac``; :meth:`KubernetesBackend.access`, ``GET /info``); a write refused
+  with a final 403 ``forbidden_attempts`` times says on the workload which verb on which resource
+  the role lacks (``Waiting``), and goes on being retried (a stop is never dropped). A preemption
+  whose ``status.startTime`` reset is refused (no ``update jobs/status``) goes on: the Job is
+  suspended and the victim's message says what is missing.
+- Nodes and PriorityClasses are followed by watches too: the Node watch tells which Pods are lost
+  (and the service keeps the inventory's taints in step with it); a submission naming a
+  PriorityClass the cluster no longer has is refused at once.
 
 Why threads for watches but synchronous writes: the protocol is synchronous and polled, so the
 watches run in daemon threads feeding caches that :meth:`poll` reads (level-triggered: poll derives
@@ -50,6 +61,7 @@ never be lost).
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import queue
 import threading
@@ -62,15 +74,18 @@ from ..errors import Conflict, Forbidden, GpuQueueError, ValidationError
 from .base import FAILED, SUCCEEDED, RunInfo, RunStatus
 from .k8s_client import KubeApiError, KubeClient, path_for
 from .k8s_informer import Informer
+from .k8s_podsready import PodsReadyWatch
+from .k8s_rbac import forbidden_what, missing_permissions
 from .k8s_status import (
+    EVICTED,
     STARTED,
     WAITING,
     JobRun as _Run,
     condition,
     exit_code,
+    parse_time,
     failed_create,
     finished_status,
-    live_pods,
     pod_observations,
     user_error,
 )
@@ -91,12 +106,14 @@ PODS = ("", "v1", "pods")
 PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 EVENTS = ("", "v1", "events")
 PRIORITY_CLASSES = ("scheduling.k8s.io", "v1", "priorityclasses")
+NODES = ("", "v1", "nodes")
 FAILED_CREATE = "involvedObject.kind=Job,reason=FailedCreate"
 
 class KubernetesBackend:
-    """See the module docstring. (Over 400 lines: one state machine per run, create / resume /
-    suspend / delete with their retries, and its observation, read as one; what it reads from the
-    API server's objects is in ``k8s_status``, the manifests in ``k8s_jobs``.)
+    """See the module docstring. (Over 400 lines, and the module over 800: one state machine per
+    run, create / resume / suspend / delete with their retries and refusals, and its observation,
+    read as one; what it reads from the API server's objects is in ``k8s_status``, the manifests
+    in ``k8s_jobs``, waitForPodsReady in ``k8s_podsready``, the access check in ``k8s_rbac``.)
 
     ``client``: a :class:`KubeClient` or a ``kubernetes.client.ApiClient`` (wrapped).
     ``config``: the queue configuration (ResourceFlavors, priority classes). ``image``: the
@@ -105,8 +122,13 @@ class KubernetesBackend:
     ``pod_template``: a partial PodSpec merged into form-built Jobs (``k8s_jobs.apply_pod_template``:
     volumes, the main container's volumeMounts, serviceAccountName...). ``volcano``:
     gang scheduling with Volcano (``schedulerName: volcano`` + a PodGroup with ``minMember``).
-    ``pods_ready_timeout``: seconds after a resume within which a Pod of the Job must exist (see
-    the module docstring; Kueue's ``waitForPodsReady.timeout`` defaults to 5 minutes too).
+    ``pods_ready_timeout`` / ``pods_ready_recovery_timeout`` (seconds; None: the timeout):
+    waitForPodsReady's (``k8s_podsready``; Kueue's ``waitForPodsReady.timeout`` defaults to 5
+    minutes too). ``requeue_backoff_base`` / ``requeue_backoff_max`` (seconds) /
+    ``requeue_backoff_limit`` (evictions; None: no limit): its requeuingStrategy, applied by the
+    service. ``ttl_seconds_after_finished``: of created Jobs (None: none). ``forbidden_attempts``:
+    403 refusals of a write before the workload says so. ``check_access``: the start-up
+    SelfSubjectAccessReviews.
     ``start_concurrency``: with N > 0, :meth:`start` returns at once and the Job is created by one
     of N worker threads (the service's loop does not wait for the API server; N creates are in
     flight together); the outcome comes back from :meth:`poll`: ``Started`` (the service records
@@ -129,6 +151,10 @@ class KubernetesBackend:
                  volcano_queue: Optional[str] = None, retry_budget_seconds: float = 600.0,
                  retry_max_delay: float = 60.0, sync_timeout: float = 10.0, start_informers: bool = True,
                  pods_ready_timeout: float = 300.0, start_concurrency: int = 0,
+                 pods_ready_recovery_timeout: Optional[float] = None,
+                 ttl_seconds_after_finished: Optional[int] = 86400, forbidden_attempts: int = 3,
+                 check_access: bool = True, requeue_backoff_base: float = 60.0,
+                 requeue_backoff_max: float = 3600.0, requeue_backoff_limit: Optional[int] = 5,
                  clock: Callable[[], float] = time.time):
         self.client = client if isinstance(client, KubeClient) else KubeClient(client)
         self.config = config or ClusterConfig()
@@ -142,18 +168,38 @@ class KubernetesBackend:
         self.sync_timeout = sync_timeout
         self.clock = clock
         self.pods_ready_timeout = pods_ready_timeout
+        self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        self.forbidden_attempts = max(1, int(forbidden_attempts))
+        self.requeue_backoff_base = float(requeue_backoff_base)
+        self.requeue_backoff_max = float(requeue_backoff_max)
+        self.requeue_backoff_limit = requeue_backoff_limit
+        self.check_access = check_access
+        # The start-up access check (k8s_rbac): None until it has answered.
+        self.missing_permissions: Optional[list[str]] = None
+        self.access_error: Optional[str] = None
+        self.access_done = threading.Event()  # the check has answered, failed, or is off
+        if not check_access:
+            self.access_done.set()
         self._pool = (ThreadPoolExecutor(max_workers=int(start_concurrency), thread_name_prefix="k8s-start")
                       if start_concurrency and start_concurrency > 0 else None)
         self._started: "queue.SimpleQueue[tuple[_Run, Optional[BaseException]]]" = queue.SimpleQueue()
         self._runs: dict[str, _Run] = {}
-        self._priority_classes: dict[str, float] = {}  # PriorityClass name -> when it was seen to exist
         self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs")
         self.pods = Informer(self.client, path_for(*PODS), SELECTOR, name="pods")
         # The Job controller's FailedCreate events (events carry no labels of ours: field-selected).
         self.events = Informer(self.client, path_for(*EVENTS), None, field_selector=FAILED_CREATE, name="events")
-        self._informers = [self.jobs, self.pods, self.events]
-        for inf in self._informers:
+        # Nodes: a Pod on a Node that is not Ready does not run (waitForPodsReady, eviction).
+        self.nodes = Informer(self.client, path_for(*NODES), None, name="nodes")
+        # PriorityClasses: a submission naming one the cluster lacks is refused (dry_run).
+        self.priority_classes = Informer(self.client, path_for(*PRIORITY_CLASSES), None, name="priorityclasses")
+        self._informers = [self.jobs, self.pods, self.events, self.nodes, self.priority_classes]
+        self.pods_ready = PodsReadyWatch(self.nodes, pods_ready_timeout, pods_ready_recovery_timeout)
+        self._node_map: Optional[dict] = None
+        for inf in (self.jobs, self.pods, self.events):
             inf.on_change = self._changed
+        self.nodes_version = 0  # counts the Node watch's changes (the service follows them)
+        self.nodes.on_change = self._nodes_changed
+        self._gating = [self.jobs, self.pods]  # poll reports nothing until these have listed
         self._wakeup: Optional[Callable[[], None]] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._wake_pending = threading.Event()
@@ -187,9 +233,42 @@ class KubernetesBackend:
         except RuntimeError:  # the loop is closed
             self._wake_pending.clear()
 
+    def _nodes_changed(self) -> None:
+        self.nodes_version += 1
+        self._changed()
+
     def start_informers(self) -> None:
         for inf in self._informers:
             inf.start()
+        if self.check_access and self.missing_permissions is None:
+            threading.Thread(target=self._check_access, name="k8s-access-check", daemon=True).start()
+
+    access_kinds: tuple = ("kubernetes",)
+
+    def _check_access(self) -> None:
+        """The start-up check (``k8s_rbac.missing_permissions``): what the service account may not
+        do is logged (WARNING, naming each verb and resource) and kept for ``GET /info``."""
+        kinds = self.access_kinds + (("volcano",) if self.volcano else ())
+        try:
+            missing = missing_permissions(self.client, kinds)
+        except KubeApiError as err:
+            self.access_error = f"cannot check the service account's permissions: {err.field_message()}"
+            log.warning("kubernetes: %s", self.access_error)
+            self.access_done.set()
+            return
+        self.missing_permissions = missing
+        if missing:
+            log.warning("kubernetes: the queue's service account lacks %d permission(s) of the documented "
+                        "ClusterRole (docs/kubernetes.md, RBAC): %s", len(missing), ", ".join(missing))
+        else:
+            log.info("kubernetes: the service account has every permission of the documented ClusterRole")
+        self.access_done.set()
+
+    def access(self) -> dict:
+        """The start-up access check's outcome, for ``GET /info`` (``clusterAccess``): ``checked``,
+        ``missing`` (``"<verb> <group>/<resource>"``), ``error`` (the API server could not say)."""
+        return {"checked": self.missing_permissions is not None, "missing": list(self.missing_permissions or []),
+                "error": self.access_error}
 
     @property
     def starts_async(self) -> bool:
@@ -223,7 +302,7 @@ class KubernetesBackend:
 
     def _desired_job(self, req: JobRequest, suspend: bool = True) -> dict:
         return build_job(req, self.config, image=self.image, suspend=suspend, volcano=self.volcano,
-                         pod_template=self.pod_template)
+                         pod_template=self.pod_template, ttl_seconds_after_finished=self.ttl_seconds_after_finished)
 
     def _job_to_create(self, req: JobRequest) -> dict:
         """The Job as created on admission: already running with the admission's directives (one
@@ -334,12 +413,19 @@ class KubernetesBackend:
     def _check_priority_class(self, job: dict) -> None:
         """A Job's dry run does not run Pod admission, so a ``priorityClassName`` missing from the
         cluster would only show when the Job controller fails to create its Pods. Look it up
-        (``GET priorityclasses/{name}``; found ones are remembered for 5 minutes). Raises
-        ValidationError(field="priorityClass") when the cluster has no such PriorityClass; an
-        API server that cannot answer or forbids the read does not block the submission."""
+        in the PriorityClass watch's cache (a class deleted is refused at once); while that watch has
+        not listed (or the role lacks ``list/watch priorityclasses``) with ``GET
+        priorityclasses/{name}``. Raises ValidationError(field="priorityClass") when the cluster
+        has no such PriorityClass; an API server that cannot answer or forbids the read does not
+        block the submission."""
         name = ((job.get("spec") or {}).get("template") or {}).get("spec", {}).get("priorityClassName")
-        if not name or self.clock() - self._priority_classes.get(name, -1e18) < 300:
+        if not name:
             return
+        if self.priority_classes.synced.is_set():
+            if self.priority_classes.get("", name) is not None:
+                return
+            raise ValidationError(f"the cluster has no PriorityClass named {name!r} (the Job's Pods could "
+                                  f"not be created); ask an admin to create it", "priorityClass")
         try:
             self.client.get(path_for(*PRIORITY_CLASSES, name=name), attempts=1)
         except KubeApiError as err:
@@ -348,7 +434,6 @@ class KubernetesBackend:
                                       f"not be created); ask an admin to create it", "priorityClass") from None
             log.info("kubernetes: cannot look up PriorityClass %s (%s); accepting the submission", name, err)
             return
-        self._priority_classes[name] = self.clock()
 
     def _start_error(self, err: KubeApiError, run: _Run) -> GpuQueueError:
         return user_error(err, f"creating Job {run.namespace}/{run.name}")
@@ -393,8 +478,16 @@ class KubernetesBackend:
             try:
                 cur = current if current is not None and i == 0 else self.client.get(path)
                 if (cur.get("spec") or {}).get("suspend") and (cur.get("status") or {}).get("startTime"):
-                    del cur["status"]["startTime"]
-                    cur = self.client.replace(f"{path}/status", cur)
+                    try:
+                        cleared = copy.deepcopy(cur)
+                        del cleared["status"]["startTime"]
+                        cur = self.client.replace(f"{path}/status", cleared)
+                    except KubeApiError as err:
+                        # Without `update jobs/status` a Job resumes with its scheduling directives
+                        # as they are (the Job controller resets startTime itself on resume).
+                        if err.status != 403 or err.retryable or desired is None or \
+                                self._directives_change(cur, desired):
+                            raise
                 if not self._resume(cur, desired):
                     return
                 self.client.replace(path, cur)
@@ -418,6 +511,13 @@ class KubernetesBackend:
             del cur["status"]["startTime"]
             return True
         self._update_job(run, mutate, subresource="status")
+
+    @staticmethod
+    def _directives_change(cur: dict, desired: dict) -> bool:
+        have, want = scheduling_directives(cur), scheduling_directives(desired)
+        want["labels"] = {**have["labels"], **want["labels"]}
+        want["annotations"] = {**have["annotations"], **want["annotations"]}
+        return have != want
 
     @staticmethod
     def _resume(cur: dict, desired: Optional[dict]) -> bool:
@@ -521,7 +621,19 @@ class KubernetesBackend:
                 cur["spec"]["suspend"] = True
                 return True
             self._update_job(run, mutate)
-            self._reset_start_time(run)  # Kueue's ResetStatus: the next admission may change flavor
+            try:
+                self._reset_start_time(run)  # Kueue's ResetStatus: the next admission may change flavor
+            except KubeApiError as err:
+                if err.status != 403 or err.retryable:
+                    raise
+                # The Job is suspended (its Pods go, the preemption goes on); only a re-admission
+                # onto another flavor needs the start time cleared (it then fails, saying why).
+                what = forbidden_what(err) or "update batch/jobs/status"
+                msg = (f"{run.reason}; the queue's service account may not {what} (docs/kubernetes.md, RBAC), "
+                       f"so Job {run.namespace}/{run.name} keeps status.startTime and cannot move to another "
+                       f"flavor: {err.message}")
+                log.warning("kubernetes: %s", msg)
+                run.notices.append(msg)
         elif op == "start":
             self._create_and_resume(run, self._job_to_create(run.req))
         elif op == "resume":
@@ -530,8 +642,19 @@ class KubernetesBackend:
     def _defer(self, run: _Run, op: str, err: KubeApiError) -> None:
         now = self.clock()
         if run.op != op:
-            run.op, run.op_attempts, run.op_first = op, 0, now
+            run.op, run.op_attempts, run.op_first, run.forbidden = op, 0, now, 0
         run.op_attempts += 1
+        run.forbidden = run.forbidden + 1 if err.status == 403 and not err.retryable else 0
+        if run.forbidden == self.forbidden_attempts:
+            # A refused write is not retried in silence: the workload says which verb on which
+            # resource the role lacks. The write goes on being retried (a stop is never dropped;
+            # the quota stays held while the Job may still run: the truth).
+            what = forbidden_what(err) or f"{op} batch/jobs"
+            msg = (f"the queue's service account may not {what} (docs/kubernetes.md, RBAC): the {op} of Job "
+                   f"{run.namespace}/{run.name} was refused {run.forbidden} times and is retried every "
+                   f"{self.retry_max_delay:.0f} s: {err.message}")
+            log.error("kubernetes: %s", msg)
+            run.notices.append(msg)
         run.last_error = err.field_message()
         delay = min(self.retry_max_delay, 1.0 * 2 ** (run.op_attempts - 1))
         run.op_next = now + delay
@@ -576,12 +699,19 @@ class KubernetesBackend:
     def _observe(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
         """What to report about one run (base: Job and Pods; the Kueue backend adds Workloads)."""
         if run.mode == "deleting":
-            if job is None and not live_pods(pods) and run.op is None:
+            if job is None and not self._holding(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, exit_code(pods), now, run.reason)]
             return []
-        if job is None and run.mode == "suspending" and not live_pods(pods):
+        if job is None and run.mode == "suspending" and not self._holding(pods):
             return [RunStatus(run.uid, FAILED, None, now, run.reason)]  # nothing of it runs
+        if run.mode == "evicting":
+            return self._evicted(run, job, pods, now)
         if job is None:
+            last = self.jobs.last_state(run.namespace, run.name)
+            if last is not None and ((last.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == run.uid:
+                fin = self._finished(run, last, pods, now)  # finished, then deleted (ttlSecondsAfterFinished)
+                if fin is not None:
+                    return [fin]
             if run.seen or now - run.since > 30:
                 if not run.seen and self._job_exists(run):
                     return []
@@ -593,36 +723,93 @@ class KubernetesBackend:
         if fin is not None:
             return [fin]
         if run.mode == "suspending":
-            if job.get("spec", {}).get("suspend") and not live_pods(pods) and run.op is None:
+            if job.get("spec", {}).get("suspend") and not self._holding(pods) and run.op is None:
                 return [RunStatus(run.uid, FAILED, None, now, run.reason)]
             return []
+        out = []
         if not pods and not (job.get("spec") or {}).get("suspend"):
-            return self._pod_creation_observations(run, job, now)
-        return self._pod_observations(run, pods, now)
+            out = self._pod_creation_observations(run, job, now)
+        else:
+            out = self._pod_observations(run, pods, now)
+        if not self.delegates_admission and not (job.get("spec") or {}).get("suspend"):
+            self._wait_for_pods_ready(run, job, pods, now)
+        return out
+
+    def _holding(self, pods: list[dict]) -> list[dict]:
+        return self.pods_ready.holding(pods)
+
+    def _lost(self, pod: dict) -> bool:
+        return self.pods_ready.lost(pod)
+
+    def _wait_for_pods_ready(self, run: _Run, job: dict, pods: list[dict], now: float) -> None:
+        """Kueue's ``waitForPodsReady`` (``k8s_podsready``): past its timeout the run is evicted:
+        its Job suspended, or deleted when Pods of it are on a lost Node."""
+        ev = failed_create(self.events.snapshot(), job) if not pods else None
+        if self._node_map is None:  # once per poll
+            self._node_map = self.pods_ready.node_map()
+        op = self.pods_ready.check(run, job, pods, now, ev, self._node_map)
+        if op is not None:
+            log.warning("kubernetes: evicting %s/%s: %s", run.namespace, run.name, run.reason)
+            self._try(run, op)
+
+    def _evicted(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
+        return self.pods_ready.evicted(run, job, pods, now)
 
     def _finished(self, run: _Run, job: dict, pods: list[dict], now: float) -> Optional[RunStatus]:
-        return finished_status(run, job, pods, now)
+        """The Job's outcome (``k8s_status.finished_status``). A Pod of it deleted by someone else
+        (seen with a ``deletionTimestamp`` while the run was ours to run) makes a failure say so
+        ("its Pod … was deleted"), ended at its container's ``finishedAt``; and no outcome is
+        reported while a Pod of the run still exists terminating, so that its GPUs are given to
+        no one before the Pod object is gone."""
+        # Pods of it seen before and gone since: their last state (the informer's tombstone),
+        # which the caches may have skipped between two polls (terminated, then deleted).
+        names = {(p.get("metadata") or {}).get("name") for p in pods}
+        gone = [t for t in (self.pods.last_state(run.namespace, n) for n in run.pod_names - names) if t is not None]
+        run.pod_names |= names
+        pods = pods + [t for t in gone if ((t.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == run.uid]
+        failed = condition(job, "Failed")
+        failed_at = parse_time((failed or {}).get("lastTransitionTime"))
+        if run.mode == "active" and (failed or {}).get("reason") != "DeadlineExceeded":
+            for p in pods:
+                md = p.get("metadata") or {}
+                # asked for before the Job failed (the Job controller deletes the other Pods after)
+                asked = (parse_time(md.get("deletionTimestamp")) or 0.0) - float(md.get("deletionGracePeriodSeconds") or 0)
+                if md.get("deletionTimestamp") and md.get("name") not in run.deleted_pods and (
+                        failed_at is None or asked <= failed_at):
+                    run.deleted_pods.append(md.get("name"))
+        for p in pods:
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                end = parse_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                if end is not None:
+                    run.pod_finished_at = max(run.pod_finished_at or 0.0, end)
+        code = exit_code(pods)
+        run.pod_exit_code = code if code is not None else run.pod_exit_code
+        fin = finished_status(run, job, pods, now)
+        if fin is None or fin.state != FAILED or not run.deleted_pods:
+            return fin
+        if any((p.get("metadata") or {}).get("name") in run.deleted_pods for p in pods if p not in gone):
+            return None  # the deleted Pod is still there: it may hold its GPUs
+        if fin.exit_code is None:  # the Pod is gone: its exit code as last seen
+            fin.exit_code = run.pod_exit_code
+        fin.message = (f"its Pod {', '.join(run.deleted_pods)} was deleted"
+                       + (f" (exit code {fin.exit_code})" if fin.exit_code is not None else "") + f"; {fin.message}")
+        if run.pod_finished_at:
+            fin.finished_at = max(run.floor, run.pod_finished_at)
+        return fin
 
     def _pod_observations(self, run: _Run, pods: list[dict], now: float) -> list[RunStatus]:
         return pod_observations(run, pods, now)
 
     def _pod_creation_observations(self, run: _Run, job: dict, now: float) -> list[RunStatus]:
         """A resumed Job with no Pod: the Job controller's FailedCreate reason, shown once per
-        message (``Waiting``); past ``pods_ready_timeout`` the Job is deleted and the run reported
-        Failed (``PodsReadyTimeout``) once it is gone, which gives its quota back."""
+        message (``Waiting``); past ``pods_ready_timeout`` the workload is evicted
+        (:meth:`_wait_for_pods_ready`), which gives its quota back."""
         ev = failed_create(self.events.snapshot(), job)
         out = []
         msg = f"the Job cannot create its Pods: FailedCreate: {ev.get('message') or ''}".rstrip(": ") if ev else ""
         if ev is not None and f"failedcreate:{msg}" not in run.reported:
             run.reported.add(f"failedcreate:{msg}")
             out.append(RunStatus(run.uid, WAITING, None, now, msg))
-        if run.resumed_at is not None and now - run.resumed_at > self.pods_ready_timeout:
-            why = msg or "the Job controller created no Pod"
-            log.warning("kubernetes: Job %s/%s has no Pod %.0f s after it was resumed (%s); deleting it",
-                        run.namespace, run.name, now - run.resumed_at, why)
-            run.mode = "deleting"
-            run.reason = f"PodsReadyTimeout: no Pod within {self.pods_ready_timeout:.0f} s of admission; {why}"
-            self._try(run, "delete")
         return out
 
     def _job_exists(self, run: _Run) -> bool:
@@ -639,10 +826,15 @@ class KubernetesBackend:
         now = self.clock()
         out = self._started_outcomes(now)
         out += self._retry_due(now)
-        if not all(inf.synced.is_set() for inf in self._informers if inf is not self.events):
-            # (events only add messages: a role without `list events` must not stall the queue)
+        if not all(inf.synced.is_set() for inf in self._gating):
+            # (events only add messages, nodes and priority classes only refine: a role without
+            # them must not stall the queue)
             return out
         pods = self._pods_by_uid()
+        self._node_map = None
+        for run in list(self._runs.values()):
+            while run.notices:
+                out.append(RunStatus(run.uid, WAITING, None, now, run.notices.pop(0)))
         for uid, run in list(self._runs.items()):
             if run.op == "start":
                 continue
@@ -651,7 +843,7 @@ class KubernetesBackend:
                 job = None
             for st in self._observe(run, job, pods.get(uid, []), now):
                 out.append(st)
-                if st.state in (SUCCEEDED, FAILED):
+                if st.state in (SUCCEEDED, FAILED, EVICTED):
                     self._runs.pop(uid, None)
         return out
 
@@ -699,6 +891,25 @@ class KubernetesBackend:
 
     def running(self) -> list[str]:
         return list(self._runs)
+
+    def requeuing_strategy(self) -> dict:
+        """Kueue's ``waitForPodsReady.requeuingStrategy`` as the service applies it to a workload
+        evicted for ``PodsReadyTimeout`` (``service/admission.py``: ``evicted_by_timeout``)."""
+        return {"backoffBaseSeconds": self.requeue_backoff_base, "backoffMaxSeconds": self.requeue_backoff_max,
+                "backoffLimitCount": self.requeue_backoff_limit}
+
+    def discard(self, uid: str, namespace: str, name: str) -> None:
+        """Delete the (suspended) Job of a workload that will not run again (its requeuing limit
+        was exceeded); best effort: a Job left behind holds nothing."""
+        if uid in self._runs:
+            return
+        ns = self.namespace_for(namespace)
+        try:
+            job = self.jobs.get(ns, name)
+            if job is not None and ((job.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) == uid:
+                self.client.delete(self._job_path(ns, name), propagation_policy="Background")
+        except KubeApiError as err:
+            log.warning("kubernetes: cannot delete Job %s/%s of %s: %s", ns, name, uid, err)
 
     # -- logs ---------------------------------------------------------------------------------------
     def read_log(self, uid: str, offset: int, limit: int) -> tuple[bytes, int, bool]:

@@ -62,6 +62,7 @@ class KueueBackend(KubernetesBackend):
 
     delegates_admission = True
     resume_on_adopt = False  # Kueue owns spec.suspend
+    access_kinds = ("kueue",)
 
     def __init__(self, client, *, kueue_version: str = "v1beta1", visibility_version: Optional[str] = None,
                  visibility_interval: float = 2.0, start_informers: bool = True, **kw):
@@ -73,6 +74,7 @@ class KueueBackend(KubernetesBackend):
         self.workloads = Informer(self.client, path_for(KUEUE_GROUP, kueue_version, "workloads"), None,
                                   on_change=self._changed, name="workloads")
         self._informers.append(self.workloads)
+        self._gating.append(self.workloads)
         self._wanted: frozenset = frozenset()  # {(namespace, local queue)} with pending runs
         self._positions: dict[tuple[str, str], tuple[int, int]] = {}  # (ns, workload name) -> positions
         self.visibility_error: Optional[str] = None
@@ -99,7 +101,7 @@ class KueueBackend(KubernetesBackend):
         from .k8s_jobs import build_job
 
         return build_job(req, self.config, image=self.image, suspend=True, volcano=False,
-                         pod_template=self.pod_template)
+                         pod_template=self.pod_template, ttl_seconds_after_finished=self.ttl_seconds_after_finished)
 
     def _job_to_create(self, req):
         return self._desired_job(req)  # suspended: Kueue resumes it on admission

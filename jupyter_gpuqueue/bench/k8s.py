@@ -20,7 +20,11 @@ Figures (:func:`run_k8s_bench`): admissions per second (workloads whose Job was 
 per second from the first submission to the last such creation), p50/p99 seconds from
 submission to the Job created ("resumed") and to the first Running report, to Succeeded; API
 requests the queue sent per workload, by verb (watches apart), and its API errors; workloads
-that did not succeed. Timings are reported, never checked.
+that did not succeed. Beside them, what they ran under: the load average before and after the run,
+and the CPU seconds each component used during it (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, the node stand-in, and this process: the queue service with the submitting
+clients), from ``/proc/<pid>/stat`` (utime + stime); a figure measured on a loaded machine is
+not comparable with one from an idle one. Timings are reported, never checked.
 """
 
 from __future__ import annotations
@@ -34,6 +38,21 @@ import time
 from typing import Optional
 
 PRODUCT = "NVIDIA-A100-SXM4-80GB"
+
+
+def cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/<pid>/stat`` fields 14 and 15,
+    in clock ticks); None when it cannot be read (gone, not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _component_cpu(pids: dict[str, int]) -> dict[str, Optional[float]]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
 
 
 def _cluster_yaml(quota: int, namespaces: int, hold: bool = False) -> str:
@@ -188,7 +207,14 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                                          "start_concurrency": start_concurrency})
         k8s = getattr(svc.backend, "inner", svc.backend)
         timing = _Timing(k8s)
+        # Start-up requests (the informers' lists, the access check) are not the workloads'.
+        for inf in k8s._informers:
+            inf.wait_synced(30)
+        k8s.access_done.wait(30)
         before = dict(k8s.client.counts)
+        pids = {**cp.pids(), "node stand-in": agent.pid, "queue service + clients": os.getpid()}
+        load_before = os.getloadavg()
+        cpu_before = _component_cpu(pids)
 
         def release():
             import copy
@@ -207,6 +233,9 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                 await svc.stop()
 
         r = asyncio.run(main())
+        cpu_after = _component_cpu(pids)
+        cpu = {k: round(cpu_after[k] - cpu_before[k], 1) if cpu_after.get(k) is not None
+               and cpu_before.get(k) is not None else None for k in pids}
         agent.stdin.close()
         node_counters.update(json.loads(agent.stdout.readline() or "{}"))
         counts = {k: v - before.get(k, 0) for k, v in k8s.client.counts.items()}
@@ -237,7 +266,8 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
             "apiRequestsPerWorkload": round(sum(verbs.values()) / max(1, len(sub)), 2),
             "apiRequestsByVerb": verbs, "watchRequests": counts.get("WATCH", 0), "apiErrors": api_errors,
             "errors": r["errors"], "errorCount": len(r["errors"]) + sum(api_errors.values()),
-            "nodeAgent": node_counters, "loadAverage": os.getloadavg(),
+            "nodeAgent": node_counters, "loadAverage": os.getloadavg(), "loadAverageBefore": load_before,
+            "cpuSeconds": cpu, "cpuCount": os.cpu_count(),
             "python": sys.version.split()[0],
         }
     finally:
@@ -288,5 +318,8 @@ def format_k8s(r: dict) -> str:
         f"  API requests/wl     {r['apiRequestsPerWorkload']}  {r['apiRequestsByVerb']}  watches {r['watchRequests']}",
         f"  errors              {r['errorCount']}  {r['apiErrors']} {r['errors'][:3]}",
         f"  node stand-in       {r['nodeAgent']}",
-        f"  cluster boot        {r['clusterBootSeconds']} s; load average {tuple(round(x, 2) for x in r['loadAverage'])}",
+        f"  cluster boot        {r['clusterBootSeconds']} s",
+        f"  load average        before {tuple(round(x, 2) for x in r.get('loadAverageBefore') or ())}, "
+        f"after {tuple(round(x, 2) for x in r['loadAverage'])} ({r.get('cpuCount')} CPUs)",
+        "  CPU seconds         " + ", ".join(f"{k} {v}" for k, v in (r.get("cpuSeconds") or {}).items()),
     ])

@@ -308,9 +308,24 @@ class NodeAgent:
         controller marks it ``Unknown`` and taints it after ``--node-monitor-grace-period``."""
         with self._lock:
             self._nodes[name]["heartbeat"] = bool(on)
+            if on:
+                self._nodes[name].pop("lost", None)
         if on:
             self._post_status(name)
             self._renew_lease(name)
+
+    def lose_node(self, name: str) -> None:
+        """The machine ``name`` is gone (its kubelet stopped, power lost): no more heartbeats,
+        its Pods' processes are killed without a word to the API server, and its Pods are left
+        as the API server has them (the node lifecycle controller marks the Node ``Unknown``
+        after ``--node-monitor-grace-period`` and its Pods not Ready). :meth:`set_heartbeat`
+        ``(name, True)`` brings it back (empty)."""
+        with self._lock:
+            self._nodes[name]["heartbeat"] = False
+            self._nodes[name]["lost"] = True
+            victims = [w for w in self._workers.values() if (w.pod.get("spec") or {}).get("nodeName") == name]
+        for w in victims:
+            w.kill()
 
     def nodes(self) -> list[str]:
         with self._lock:
@@ -441,6 +456,8 @@ class NodeAgent:
         uid = md.get("uid")
         node = (pod.get("spec") or {}).get("nodeName")
         with self._lock:
+            if node in self._nodes and self._nodes[node].get("lost"):
+                return  # nobody there to see it
             w = self._workers.get(uid)
             if w is None:
                 if typ == "DELETED" or node not in self._nodes:

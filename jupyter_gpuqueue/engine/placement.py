@@ -92,17 +92,34 @@ class DeviceAllocator:
         self._mig: dict[str, dict[str, list[tuple[int, str]]]] = {}  # node -> profile -> [(gpu index, uuid)]
         self._mig_slices: dict[str, tuple[str, int, int]] = {}  # uuid -> (node, gpu index, slices)
         for node in inventory.nodes:
-            whole = []
-            mig: dict[str, list[tuple[int, str]]] = {}
-            for gpu in node.gpus:
-                if gpu.mig is None:
-                    whole.append((gpu.index, f"{node.name}/{gpu.index}"))
-                else:
-                    for dev in gpu.mig:
-                        mig.setdefault(dev.profile, []).append((gpu.index, dev.uuid))
-                        self._mig_slices[dev.uuid] = (node.name, gpu.index, dev.slices)
-            self._gpus[node.name] = sorted(whole)
-            self._mig[node.name] = mig
+            self._index(node)
+
+    def _index(self, node: Node) -> None:
+        whole = []
+        mig: dict[str, list[tuple[int, str]]] = {}
+        for gpu in node.gpus:
+            if gpu.mig is None:
+                whole.append((gpu.index, f"{node.name}/{gpu.index}"))
+            else:
+                for dev in gpu.mig:
+                    mig.setdefault(dev.profile, []).append((gpu.index, dev.uuid))
+                    self._mig_slices[dev.uuid] = (node.name, gpu.index, dev.slices)
+        self._gpus[node.name] = sorted(whole)
+        self._mig[node.name] = mig
+
+    def add_node(self, node: Node) -> None:
+        """A Node that joined the inventory (a cluster's new Node): appended to it, its devices
+        free. Raises ValueError when the inventory has a Node of that name."""
+        if any(n.name == node.name for n in self.inventory.nodes):
+            raise ValueError(f"node {node.name} is already in the inventory")
+        self.inventory.nodes.append(node)
+        self._index(node)
+        self.nodes_changed()
+
+    def nodes_changed(self) -> None:
+        """The inventory's Nodes changed in place (taints: a node cordoned, not Ready, back): the
+        placements remembered as failed may fit now, and those that fitted may not."""
+        self._state += 1
 
     # -- capacity views ---------------------------------------------------------------------------
     def devices_of(self, node: str, resource: str) -> list[tuple[int, str]]:

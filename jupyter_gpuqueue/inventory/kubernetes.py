@@ -21,7 +21,13 @@ For each Node whose ``status.allocatable`` offers ``nvidia.com/gpu`` or ``nvidia
 
 Device identifiers are synthetic and stable (``<node>/gpu-<i>``, ``<node>/mig-<profile>-<j>``): the
 API does not expose GPU UUIDs, and in this mode the device plugin, not CUDA_VISIBLE_DEVICES,
-assigns devices. The inventory is read once, when the service starts.
+assigns devices. The inventory is read when the service starts; afterwards :func:`follow_nodes`
+keeps its Nodes' taints in step with the Kubernetes backend's Node watch: a Node cordoned, NotReady
+(or Unknown: its kubelet stopped) or deleted gets the taint Kubernetes gives it
+(``node.kubernetes.io/unschedulable``, ``node.kubernetes.io/not-ready`` /
+``node.kubernetes.io/unreachable``; a deleted one ``node.kubernetes.io/unreachable`` too), so that
+the engine admits nothing onto it; the taints go when the Node is back. A GPU Node added later is
+taken in with all its devices free (what other Pods use there is seen from the next restart on).
 """
 
 from __future__ import annotations
@@ -85,9 +91,36 @@ def _taints(node: dict) -> list[Taint]:
     if spec.get("unschedulable") and "node.kubernetes.io/unschedulable" not in keys:
         taints.append(Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"))
     ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-    if ready is not None and ready.get("status") != "True" and "node.kubernetes.io/not-ready" not in keys:
-        taints.append(Taint("node.kubernetes.io/not-ready", "", "NoSchedule"))
+    if ready is not None and ready.get("status") != "True":
+        # the node lifecycle controller's taints: False -> not-ready, Unknown -> unreachable
+        key = "node.kubernetes.io/not-ready" if ready.get("status") == "False" else "node.kubernetes.io/unreachable"
+        if key not in keys:
+            taints.append(Taint(key, "", "NoSchedule"))
     return taints
+
+
+GONE = Taint("node.kubernetes.io/unreachable", "", "NoSchedule")
+
+
+def follow_nodes(inventory: Inventory, nodes: list[dict]) -> tuple[list[str], list[Node]]:
+    """Set the taints of ``inventory``'s Nodes from the Node objects ``nodes`` (the watch's cache,
+    all of the cluster's Nodes): as :func:`node_from_k8s` derives them, and :data:`GONE` for a Node
+    no longer in the cluster. Returns ``(changed, added)``: the names of the Nodes whose taints
+    changed (the caller requeues what waits for them), and inventory Nodes for the cluster's GPU
+    Nodes the inventory lacks (all their devices free: other Pods on a new Node are not seen), for
+    the caller to add (``DeviceAllocator.add_node``). The Node objects of ``inventory`` are changed
+    in place: the engine's device allocator reads their taints at each placement."""
+    by_name = {(n.get("metadata") or {}).get("name"): n for n in nodes}
+    changed = []
+    for node in inventory.nodes:
+        obj = by_name.pop(node.name, None)
+        taints = _taints(obj) if obj is not None else [GONE]
+        if taints != node.taints:
+            node.taints = taints
+            changed.append(node.name)
+    added = [n for n in (node_from_k8s(obj) for _, obj in sorted(by_name.items(), key=lambda kv: str(kv[0])))
+             if n is not None]
+    return changed, added
 
 
 def node_from_k8s(node: dict, used: Optional[dict[str, int]] = None) -> Optional[Node]:

@@ -328,10 +328,39 @@ class GpuQueueApp(ExtensionApp):
 
     kube_pods_ready_timeout = Float(
         300.0,
-        help="""Kubernetes backend: seconds after admission within which a Job must have created a
-        Pod; past it (e.g. FailedCreate: a PriorityClass missing from the cluster) the Job is
-        deleted and the workload fails with PodsReadyTimeout, giving its quota back (Kueue's
-        waitForPodsReady.timeout, 5 minutes by default, does the same by eviction).""",
+        help="""Kubernetes backend (Kueue's waitForPodsReady.timeout): seconds from admission within
+        which every Pod of the Job must be Ready, whether Pods exist or not (FailedCreate,
+        Unschedulable, ImagePullBackOff, a node that is not Ready). Past it the workload is evicted
+        (reason PodsReadyTimeout; billing stops) and requeued with backoff.""",
+    ).tag(config=True)
+
+    kube_pods_ready_recovery_timeout = Float(
+        None, allow_none=True,
+        help="""Kubernetes backend (Kueue's waitForPodsReady.recoveryTimeout): seconds a job whose
+        Pods were all Ready has to be Ready again after one stops being Ready (a lost node);
+        past it the workload is evicted and requeued, billed until its Pods stopped running.
+        None: kube_pods_ready_timeout.""",
+    ).tag(config=True)
+
+    kube_requeue_backoff_base = Float(
+        60.0,
+        help="""Kubernetes backend (Kueue's requeuingStrategy.backoffBaseSeconds): a workload
+        evicted for PodsReadyTimeout the n-th time is queued again after base * 2**(n-1) seconds
+        (at most an hour).""",
+    ).tag(config=True)
+
+    kube_requeue_backoff_limit = Int(
+        5, allow_none=True,
+        help="""Kubernetes backend (Kueue's requeuingStrategy.backoffLimitCount): evictions for
+        PodsReadyTimeout after which the workload fails (reason RequeuingLimitExceeded) and its
+        Job is deleted. None: no limit (Kueue's default).""",
+    ).tag(config=True)
+
+    kube_job_ttl_seconds = Int(
+        86400, allow_none=True,
+        help="""Kubernetes and Kueue backends: spec.ttlSecondsAfterFinished of the Jobs the queue
+        creates (a manifest's own value is kept): the TTL-after-finished controller deletes a
+        finished Job and its Pods that long after it ended. None: finished Jobs are kept.""",
     ).tag(config=True)
 
     event_ping_interval = Float(
@@ -682,6 +711,10 @@ class GpuQueueApp(ExtensionApp):
                         "pod_template": dict(self.job_pod_template),
                         "kueue_version": self.kueue_api_version,
                         "pods_ready_timeout": self.kube_pods_ready_timeout,
+                        "pods_ready_recovery_timeout": self.kube_pods_ready_recovery_timeout,
+                        "requeue_backoff_base": self.kube_requeue_backoff_base,
+                        "requeue_backoff_limit": self.kube_requeue_backoff_limit,
+                        "job_ttl_seconds": self.kube_job_ttl_seconds,
                         "start_concurrency": self.kube_start_concurrency},
             logger=self.log,
         )

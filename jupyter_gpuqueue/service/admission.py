@@ -319,11 +319,17 @@ class Admission:
     # Preemptions kept in a workload's record (spec["preemptions"]), the most recent.
     preemptions_kept = 20
 
-    def requeue_evicted(self, uid: str, when: float, reason: str, message: str, *, by: Optional[str] = None) -> None:
+    def requeue_evicted(self, uid: str, when: float, reason: str, message: str, *, by: Optional[str] = None,
+                        wl_reason: str = "Preempted", requeue_at: Optional[float] = None,
+                        requeue_state: Optional[dict] = None) -> None:
         """A preempted workload has stopped: close its usage, release its quota, queue it again.
         The preemption is kept in its record (``spec["preemptions"]``: at, by (the preemptor's
         key, None when unknown), reason (Kueue's), lostCostUsd (USD of all its runs so far, every
-        one of them lost)), for the view's ``preemptions`` and the job's timeline."""
+        one of them lost), message), for the view's ``preemptions`` and the job's timeline.
+        ``wl_reason``: the workload's reason from now on (Kueue's Evicted reason); with
+        ``requeue_at`` (seconds since the epoch) it waits out of the queue until then (Kueue's
+        ``requeuingStrategy`` backoff, ``requeue_state`` = ``{"count", "requeueAt"}`` kept in its
+        spec as Kueue keeps ``status.requeueState``)."""
         rec = self.live.records[uid]
         key = f"{rec['namespace']}/{rec['name']}"
         evictions = int(rec.get("evictions") or 0) + 1
@@ -331,23 +337,72 @@ class Admission:
         lost = self.billing.cost_usd(rec, when)
         spec = dict(rec["spec"])
         spec["preemptions"] = list(spec.get("preemptions") or [])[-(self.preemptions_kept - 1):] + [
-            {"at": when, "by": by, "reason": reason, "lostCostUsd": round(lost, 6)}]
+            {"at": when, "by": by, "reason": reason, "lostCostUsd": round(lost, 6), "message": message}]
+        if requeue_state is not None:
+            spec["requeueState"] = dict(requeue_state)
         failpoint("requeue", "before")
         with self.ledger.transaction():
             self.ledger.close_intervals(uid, when)
             self.billing.billing_closed(uid, when)
             self.ledger.update_workload(uid, state=PENDING, admission=None, run=None, admitted_at=None,
-                                        started_at=None, evictions=evictions, reason="Preempted",
+                                        started_at=None, evictions=evictions, reason=wl_reason,
                                         message=message, spec=spec)
         failpoint("requeue", "after")
         rec.update(state=PENDING, admission=None, run=None, admitted_at=None, started_at=None,
-                   evictions=evictions, reason="Preempted", message=message, spec=spec)
+                   evictions=evictions, reason=wl_reason, message=message, spec=spec)
         if key in self.conf.scheduler.admitted:
-            self.conf.scheduler.evict(key, when)
+            # requeuingStrategy.timestamp Eviction (Kueue's default) for a PodsReady timeout.
+            self.conf.scheduler.evict(key, when, reset_order=requeue_at is not None)
+        if requeue_at is not None:
+            self.conf.scheduler.remove_workload(key)  # back in the queue at requeue_at (requeue_due)
+            self.live.requeue_at[uid] = requeue_at
         self.live.dirty = True
         self.events.emit_workload(uid)
         self.events.emit_coalesced("queues")  # one per moment, however many jobs end or are evicted
         self.events.emit_coalesced("inventory")
+
+    def evicted_by_timeout(self, uid: str, at: float, now: float, reason: str, message: str) -> None:
+        """Kueue's ``waitForPodsReady.requeuingStrategy``: the n-th eviction for ``PodsReadyTimeout``
+        requeues the workload ``backoff_base * 2**(n-1)`` seconds later (at most ``backoff_max``);
+        past ``backoff_limit`` evictions it ends Failed, reason ``RequeuingLimitExceeded``
+        (Kueue deactivates it), and its Job is deleted. The settings are the backend's
+        ``requeuing_strategy()`` (``{"backoffBaseSeconds", "backoffMaxSeconds",
+        "backoffLimitCount"}``; None: requeued at once, without limit). Billing ended at ``at``."""
+        rec = self.live.records[uid]
+        strategy = getattr(self.backend, "requeuing_strategy", lambda: None)() or {}
+        count = int((rec["spec"].get("requeueState") or {}).get("count") or 0) + 1
+        limit = strategy.get("backoffLimitCount")
+        if limit is not None and count > int(limit):
+            msg = (f"evicted {count} times for {reason}, more than requeuingStrategy.backoffLimitCount "
+                   f"({limit}): {message}")
+            self.live.stopping.pop(uid, None)
+            self.finish(uid, FAILED, None, at, msg)
+            self.ledger.update_workload(uid, reason="RequeuingLimitExceeded")
+            discard = getattr(self.backend, "discard", None)
+            if discard is not None:
+                discard(uid, rec["namespace"], rec["name"])
+            return
+        base = float(strategy.get("backoffBaseSeconds") or 0.0)
+        delay = min(float(strategy.get("backoffMaxSeconds") or 3600.0), base * 2 ** (count - 1)) if base else 0.0
+        requeue_at = now + delay
+        note = f" (requeued at {time.strftime('%H:%M:%S', time.localtime(requeue_at))}, backoff {delay:.0f} s)" \
+            if delay else ""
+        self.requeue_evicted(uid, at, reason, message + note, wl_reason=reason,
+                             requeue_at=requeue_at if delay else None,
+                             requeue_state={"count": count, "requeueAt": requeue_at})
+
+    def requeue_due(self, now: float) -> None:
+        """Workloads whose requeuing backoff is over go back into their queue."""
+        for uid, at in list(self.live.requeue_at.items()):
+            if at > now:
+                continue
+            del self.live.requeue_at[uid]
+            rec, wl = self.live.records.get(uid), self.live.engine_workloads.get(uid)
+            if rec is None or wl is None or rec["state"] != PENDING or wl.key in self.conf.scheduler.workloads:
+                continue
+            self.conf.scheduler.add_workload(wl)
+            self.live.dirty = True
+            self.events.emit_workload(uid)
 
     def cluster_context(self, rec: dict) -> dict:
         """What a cluster backend needs to build the workload's Job (LaunchSpec.workload)."""
@@ -389,7 +444,11 @@ class Admission:
             self.ledger.update_workload(uid, state=RUNNING, started_at=at, message=None)
             rec.update(state=RUNNING, started_at=at, message=None)
         elif st.state == "Evicted" and rec["state"] in (ADMITTED, RUNNING):
-            self.requeue_evicted(uid, at, d.get("reason") or "Evicted", st.message)
+            reason = d.get("reason") or "Evicted"
+            if reason == "PodsReadyTimeout" and not getattr(self.backend, "delegates_admission", False):
+                self.evicted_by_timeout(uid, at, now, reason, st.message)
+            else:
+                self.requeue_evicted(uid, at, reason, st.message)
             return
         elif st.state == "Pending" and rec["state"] == PENDING:
             pos = (d.get("positionInClusterQueue"), d.get("positionInLocalQueue"))

@@ -55,6 +55,7 @@ class LiveState:
     stopping: dict[str, str] = field(default_factory=dict)  # uid -> why we stopped it (cancel / max runtime)
     inflight: set[str] = field(default_factory=set)  # "namespace/name" of submissions being committed
     kueue_positions: dict[str, tuple] = field(default_factory=dict)  # uid -> (positionInClusterQueue, positionInLocalQueue)
+    requeue_at: dict[str, float] = field(default_factory=dict)  # uid -> when an evicted workload is queued again (requeuingStrategy backoff)
     dirty: bool = True  # a scheduling cycle is due
     slicing: bool = False  # in the loop's tick: scheduling yields after Admission.schedule_slice_seconds
     started: bool = False

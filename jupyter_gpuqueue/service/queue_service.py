@@ -111,6 +111,7 @@ class QueueService:
         self.lease_priority_class = lease_priority_class
         self.python_executable = python_executable
         self.log = logger or log
+        self._nodes_seen = 0  # the Kubernetes backend's Node watch version last followed
         # The live service requeues parked workloads as soon as quota frees (no 1 s batching): a
         # researcher's job should start the moment it can. And a preemptor gets the quota its
         # victims freed before anyone else, so that real jobs are never preempted in a loop
@@ -301,6 +302,9 @@ class QueueService:
                     elif st.uid in records:
                         self.admission.finish(st.uid, st.state, st.exit_code, st.finished_at or now, st.message)
         self.admission.enforce_max_runtime(now)
+        if self.live.requeue_at:
+            self.admission.requeue_due(now)  # requeuingStrategy backoff over
+        self._follow_nodes()
         if self.admission._reasons_to_write and now - self.admission._reasons_written_at >= self.admission.reason_write_interval:
             self.admission.write_reasons(now)
         self.costs.costs_tick(now)  # budget holds, spot notices, utilization samples (service/costs.py)
@@ -310,6 +314,36 @@ class QueueService:
             self.estimates.changed()  # debounced; computed on a worker thread (service/estimates.py)
         else:
             self.estimates.tick()
+
+    def _follow_nodes(self) -> None:
+        """With the Kubernetes backend and an inventory read from the cluster: the Nodes' taints
+        follow the backend's Node watch (``inventory.kubernetes.follow_nodes``: cordoned, NotReady,
+        deleted), so that nothing is admitted onto a Node that cannot run it; parked workloads
+        are tried again when a Node changes."""
+        inner = getattr(self.backend, "inner", self.backend)
+        version = getattr(inner, "nodes_version", None)
+        if version is None or self.inventory.source != "kubernetes" or version == self._nodes_seen:
+            return
+        if not inner.nodes.synced.is_set():
+            return
+        self._nodes_seen = version
+        from ..inventory.kubernetes import follow_nodes
+
+        changed, added = follow_nodes(self.inventory, inner.nodes.snapshot())
+        if not changed and not added:
+            return
+        scheduler = self.conf.scheduler
+        if scheduler.allocator is None:
+            return
+        for node in added:
+            scheduler.allocator.add_node(node)
+        self.log.info("gpuqueue: Nodes changed: %s", ", ".join(
+            [f"{n.name} {[t.key for t in n.taints] or 'schedulable'}" for n in self.inventory.nodes if n.name in changed]
+            + [f"{n.name} added ({len(n.gpus)} GPUs)" for n in added]))
+        scheduler.allocator.nodes_changed()
+        scheduler.requeue_all()
+        self.live.dirty = True
+        self.events.emit_coalesced("inventory")
 
     def track(self, row: dict, wl: Workload) -> None:
         """:meth:`LiveState.track`."""
@@ -373,8 +407,13 @@ class QueueService:
 
     # -- views ---------------------------------------------------------------------------------------
     def info(self, user: str) -> dict:
-        """:meth:`Views.info`."""
-        return self.views.info(user)
+        """:meth:`Views.info`; with a cluster backend also ``clusterAccess`` (its start-up check of
+        the service account's permissions: ``checked``, ``missing``, ``error``)."""
+        out = self.views.info(user)
+        access = getattr(getattr(self.backend, "inner", self.backend), "access", None)
+        if callable(access):
+            out["clusterAccess"] = access()
+        return out
 
     def list_workloads(self, *, namespace: Optional[str] = None, owner: Optional[str] = None,
                        states: Optional[Iterable[str]] = None) -> list[dict]:

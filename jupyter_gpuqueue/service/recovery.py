@@ -59,6 +59,9 @@ class Recovery:
                 self.live.track(row, wl)
                 if row.get("reason") == "BudgetExceeded":  # held by a hard budget (service/costs.py)
                     self.costs.budget_holds[uid] = row["created_at"]
+                elif float((row["spec"].get("requeueState") or {}).get("requeueAt") or 0) > now:
+                    # evicted for PodsReadyTimeout: back in the queue when its backoff is over
+                    self.live.requeue_at[uid] = float(row["spec"]["requeueState"]["requeueAt"])
                 else:
                     self.conf.scheduler.add_workload(wl)
                 continue

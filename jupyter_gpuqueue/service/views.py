@@ -50,7 +50,8 @@ def preemptions_view(rec: dict, *, reveal: bool = False) -> Optional[dict]:
     ``{"count", "lostCostUsd" (USD of the runs it lost), "last": {"at", "by" (the preemptor's
     namespace/name, null when hidden or unknown), "byNamespace", "reason" (Kueue's), "words"},
     "summary": "preempted 1× by team-a/high-wait (priority) · $0.32 of runs lost", "history":
-    [same as last, oldest first]}``. The record keeps them in ``spec["preemptions"]``
+    [same as last, oldest first]}`` (an eviction that is not a preemption, e.g. ``PodsReadyTimeout``,
+    also has its ``message``, naming the node). The record keeps them in ``spec["preemptions"]``
     (Admission.requeue_evicted)."""
     count = int(rec.get("evictions") or 0)
     kept = list((rec.get("spec") or {}).get("preemptions") or [])
@@ -63,7 +64,10 @@ def preemptions_view(rec: dict, *, reveal: bool = False) -> Optional[dict]:
         reason = p.get("reason") or "Preempted"
         history.append({"at": p.get("at"), "by": by, "byNamespace": by_ns, "reason": reason,
                         "words": PREEMPTION_WORDS.get(reason, reason), "byWords": by_words,
-                        "lostCostUsd": p.get("lostCostUsd")})
+                        "lostCostUsd": p.get("lostCostUsd"),
+                        # an eviction by the system (PodsReadyTimeout: a lost node...) says why; a
+                        # preemption's message names the preemptor, which `by` hides or reveals
+                        "message": p.get("message") if reason != "Preempted" else None})
     last = history[-1] if history else None
     lost = float(last["lostCostUsd"] or 0.0) if last else 0.0
     summary = f"preempted {max(count, len(history))}×"

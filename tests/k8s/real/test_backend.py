@@ -168,10 +168,11 @@ def test_submission_errors_come_from_the_api_server(queue, control_plane):
 
 def test_a_job_that_cannot_create_pods_shows_why_and_gives_its_quota_back(queue, control_plane):
     """Item 4: the PriorityClass is deleted after submission; the Job controller's FailedCreate is
-    shown, and after pods_ready_timeout the Job is deleted and its quota freed."""
+    shown; at pods_ready_timeout the workload is evicted (PodsReadyTimeout), which frees its quota,
+    and with requeuingStrategy.backoffLimitCount 0 it fails at once and its Job is deleted."""
     control_plane.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                          "metadata": {"name": "gq-doomed"}, "value": 50})
-    svc = queue.service(pods_ready_timeout=4)
+    svc = queue.service(pods_ready_timeout=4, requeue_backoff_limit=0)
     svc.submit({"name": "doomed", "command": ["true"], "gpus": 2, "flavor": "nvidia-a100",
                 "priorityClass": "gq-doomed"}, user="alice")
     control_plane.kube.delete("/apis/scheduling.k8s.io/v1/priorityclasses/gq-doomed")
@@ -183,9 +184,10 @@ def test_a_job_that_cannot_create_pods_shows_why_and_gives_its_quota_back(queue,
     svc.tick()
     assert rec(svc, "next")["state"] == PENDING  # the doomed Job still holds the A100 quota
     wait_for(state_is(svc, "doomed", FAILED), step=svc.tick, timeout=30)
-    assert "PodsReadyTimeout" in rec(svc, "doomed")["message"]
+    assert "PodsReadyTimeout" in rec(svc, "doomed")["message"] and "FailedCreate" in rec(svc, "doomed")["message"]
+    assert rec(svc, "doomed")["reason"] == "RequeuingLimitExceeded"
     wait_for(state_is(svc, "next", SUCCEEDED), step=svc.tick)  # the quota was given back
-    assert queue.job("doomed") is None
+    wait_for(lambda: queue.job("doomed") is None, what="the doomed Job deleted")
 
 
 def test_logs_need_pods_log_and_a_missing_grant_is_a_403(control_plane, node_agent, tmp_path):
