@@ -192,7 +192,7 @@ class NotebookProgress:
         return found
 
     def view(self, rec: dict) -> Optional[dict]:
-        """``{"input", "output", "parameters", "kernel", "cell", "cells", "failedCell", "error",
+        """``{"input", "output", "outputDir", "parameters", "kernel", "cell", "cells", "failedCell", "error",
         "note"}`` for a notebook job (paths relative to the server root where inside it), None
         for other workloads."""
         entry = rec["spec"].get("notebook")
@@ -206,6 +206,7 @@ class NotebookProgress:
         return {
             "input": self.relative(entry.get("input")),
             "output": self.relative(output_path(entry["input"], entry.get("outputDir"), rec["name"])),
+            "outputDir": self.relative(entry.get("outputDir")),
             "parameters": entry.get("parameters") or {},
             "kernel": entry.get("kernel"),
             "cell": found.get("cell"),
