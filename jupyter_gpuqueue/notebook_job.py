@@ -39,7 +39,7 @@ from typing import Optional
 
 MARKER = "[gpuqueue-notebook]"
 _CELL_RE = re.compile(r"^\[gpuqueue-notebook\] cell (\d{1,6}) of (\d{1,6})$")
-_FAILED_RE = re.compile(r"^\[gpuqueue-notebook\] failed at cell (\d{1,6}) of (\d{1,6}): (.{0,2000})$")
+_FAILED_RE = re.compile(r"^\[gpuqueue-notebook\] failed at cell (\d{1,6}) of (\d{1,6}): (.*)$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 ERROR_CHARS = 300  # the most characters of a failing cell's error kept for the card
 

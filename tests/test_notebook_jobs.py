@@ -209,3 +209,20 @@ def test_cli_submits_a_notebook_with_parameters_and_a_sweep(server):
     r = cli(server, "submit", "train.py", "-p", "lr", "1", cwd=sub)
     assert r.returncode != 0 and "-p" in r.stderr, r.stderr
     assert count(server) == before
+
+
+def test_log_markers_are_read_as_untrusted_text():
+    """The job's log is the job's own: only whole marker lines count, numbers are bounded, the
+    error loses control characters and is cut (jupyter_gpuqueue/notebook_job.parse_markers)."""
+    from jupyter_gpuqueue.notebook_job import ERROR_CHARS, parse_markers
+
+    assert parse_markers("") == {}
+    assert parse_markers("[gpuqueue-notebook] cell 2 of 5\nprint\n[gpuqueue-notebook] cell 3 of 5\n") == \
+        {"cell": 3, "cells": 5}
+    for bad in ("[gpuqueue-notebook] cell 6 of 5", "[gpuqueue-notebook] cell 0 of 5",
+                "x [gpuqueue-notebook] cell 1 of 5", "[gpuqueue-notebook] cell 1 of 9999999",
+                "[gpuqueue-notebook] cell -1 of 5", "[gpuqueue-notebook] cell 1 of 5 extra"):
+        assert parse_markers(bad) == {}, bad
+    found = parse_markers("[gpuqueue-notebook] failed at cell 2 of 3: E: \x1b[31mred\x07" + "y" * 5000)
+    assert found["failedCell"] == 2 and found["cells"] == 3
+    assert "\x1b" not in found["error"] and "\x07" not in found["error"] and len(found["error"]) <= ERROR_CHARS
