@@ -120,3 +120,38 @@ async def test_notebook_from_the_toolbar_queues_runs_and_opens_executed(
             assert not errors, errors
         finally:
             await browser.close()
+
+
+async def test_a_failing_notebook_shows_its_cell_on_the_card(jp_fetch, started, lab_url, chromium_launch_args,
+                                                            jp_root_dir):
+    """A notebook whose third cell raises: the job ends Failed and its card says at which cell and
+    why; its page says the same."""
+    import json
+
+    from browserkit import open_panel
+    from playwright.async_api import async_playwright, expect
+
+    cells = [{"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+             for src in ("a = 1", "print('before')", "1 / 0", "print('never')")]
+    (jp_root_dir / "broken.ipynb").write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": cells,
+                                                          "metadata": {"kernelspec": {"name": "python3"}}}))
+    w = await api(jp_fetch, "workloads", method="POST",
+                  body={"notebook": "broken.ipynb", "localQueue": "team-a/team-a-queue", "maxRuntime": "5m"})
+    key = f"{w['namespace']}/{w['name']}"
+    done = await wait_for_state(jp_fetch, key, ("Succeeded", "Failed", "Cancelled"), timeout=180)
+    assert done["state"] == "Failed" and done["notebook"]["failedCell"] == 3, done
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(**chromium_launch_args)
+        try:
+            page = await (await browser.new_context(viewport={"width": 1280, "height": 900})).new_page()
+            page.set_default_timeout(30000)
+            panel = await open_panel(page, lab_url)
+            line = panel.locator(f'[data-gpuqueue-job="{key}"] .jp-gpuqueue-notebook-line')
+            await expect(line).to_have_attribute("data-notebook-failed-cell", "3")
+            await expect(line).to_contain_text("failed at cell 3 of 4: ZeroDivisionError: division by zero")
+            await panel.locator(f'[data-gpuqueue-job="{key}"] .jp-gpuqueue-job-open').click()
+            section = page.locator(f'[data-gpuqueue-jobpage="{key}"] [data-section="notebook"]')
+            await expect(section).to_contain_text("failed at cell 3 of 4")
+            await expect(section.locator(".jp-gpuqueue-open-executed")).to_be_visible()
+        finally:
+            await browser.close()
