@@ -569,3 +569,37 @@ def test_a_job_without_a_working_directory_runs_in_its_owners_home(env):
         assert w["workingDir"] == where
         assert svc.read_log("one", name, user="alice")["text"].strip().splitlines()[0] == where
         assert os.stat(os.path.join(where, "out.txt")).st_uid == alice.pw_uid
+
+
+def test_a_notebook_job_runs_as_its_owner_and_the_service_reads_none_of_its_files(env):
+    """Notebook jobs (issue 37) as their owners: the service (root) opens neither the notebook nor
+    its kernelspec (a missing kernel is the job's failure, papermill's reason in its log, as the
+    owner sees kernels); papermill runs as the owner, and the executed notebook is the owner's."""
+    make, base, acc = env
+    svc = make()
+    alice = acc["pw"]["alice"]
+    home = Path(alice.pw_dir)
+
+    def notebook(path, kernel, *sources, tags=None):
+        cells = [{"cell_type": "code", "metadata": {"tags": (tags or {}).get(i, [])}, "source": s,
+                  "outputs": [], "execution_count": None} for i, s in enumerate(sources)]
+        path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": cells, "metadata": {
+            "kernelspec": {"name": kernel, "display_name": kernel, "language": "python"}}}))
+        os.chown(path, alice.pw_uid, alice.pw_gid)
+
+    notebook(home / "nokernel.ipynb", "no-such-kernel", "x = 1")
+    w = svc.submit({"name": "nb-nokernel", "notebook": "nokernel.ipynb"}, user="alice")
+    assert w["state"] == "Pending", w  # not refused by root's view of alice's files
+    notebook(home / "mine.ipynb", "python3", "n = 1", "import os\nprint('uid', os.getuid(), 'n', n)",
+             tags={0: ["parameters"]})
+    w = svc.submit({"name": "nb-mine", "notebook": "mine.ipynb", "parameters": {"n": 7}}, user="alice")
+    for name in ("nb-nokernel", "nb-mine"):
+        wait(svc, lambda name=name: finished(svc, name), timeout=180)
+    bad = svc.get_workload("one", "nb-nokernel")
+    assert bad["state"] == "Failed", bad
+    assert "no-such-kernel" in svc.read_log("one", "nb-nokernel", user="alice")["text"]
+    good = svc.get_workload("one", "nb-mine")
+    assert good["state"] == "Succeeded", (good, svc.read_log("one", "nb-mine", user="alice")["text"])
+    out = home / "mine-nb-mine.ipynb"
+    assert out.stat().st_uid == alice.pw_uid
+    assert f"uid {alice.pw_uid} n 7" in out.read_text()

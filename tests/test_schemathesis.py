@@ -408,6 +408,8 @@ def _usable_request(req, fz: Fuzzed, rnd: random.Random):
     out = dict(req)
     out["name"] = fz.unique_name()
     out["localQueue"] = rnd.choice(fz.local_queues or ["team-a/team-a-queue"])
+    for key in ("notebook", "parameters", "kernel", "outputDir"):  # a notebook job's (400 on others)
+        out.pop(key, None)
     if out.get("kind") == "NotebookLease":
         for key in ("command", "script", "args", "workingDir", "env"):
             out.pop(key, None)

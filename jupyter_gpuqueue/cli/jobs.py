@@ -124,11 +124,21 @@ def request_from_args(
     else:
         target = list(args.target)
         first = target[0]
-        if first.endswith(".py") and not first.startswith("-"):
+        if first.endswith(".ipynb") and not first.startswith("-"):
+            if len(target) > 1:
+                raise ValidationError(f"a notebook takes parameters (-p NAME VALUE), not arguments: {target[1:]}",
+                                      field="args")
+            req["notebook"] = os.path.normpath(os.path.join(cwd, os.path.expanduser(first)))
+        elif first.endswith(".py") and not first.startswith("-"):
             req["script"] = os.path.normpath(os.path.join(cwd, os.path.expanduser(first)))
             req["args"] = target[1:]
         else:
             req["command"] = target
+    parameters = {name: parameter_value(value) for name, value in (getattr(args, "parameters", None) or [])}
+    if parameters:
+        if "notebook" not in req:
+            raise ValidationError("parameters (-p) are for a notebook (.ipynb) job", field="parameters")
+        req["parameters"] = parameters
     if args.mig:
         req["migProfile"] = args.mig
     else:
@@ -160,6 +170,44 @@ def request_from_args(
     return req
 
 
+def parameter_value(text: str):
+    """A ``-p NAME VALUE`` value as papermill's own ``-p`` reads it: an int, a float, ``True`` /
+    ``False`` / ``None`` (any case), else the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def sweep_requests(request: dict, sweeps: list) -> list[dict]:
+    """One notebook SubmitRequest per combination of ``--sweep NAME V1,V2,...`` values (the
+    product over names, in the order given), each with those values among its ``parameters``
+    and a chosen name suffixed with ``-<index>``. ValidationError (field ``sweep``) for a sweep
+    without a notebook, an empty value list, or more than 1,000 jobs."""
+    if "notebook" not in request:
+        raise ValidationError("--sweep varies a notebook's parameters: give a .ipynb", field="sweep")
+    import itertools
+
+    axes = []
+    for name, values in sweeps:
+        vals = [parameter_value(v.strip()) for v in str(values).split(",") if v.strip()]
+        if not vals:
+            raise ValidationError(f"no values for {name}", field="sweep")
+        axes.append([(name, v) for v in vals])
+    combos = list(itertools.product(*axes))
+    if len(combos) > MAX_ARRAY_TASKS:
+        raise ValidationError(f"at most {MAX_ARRAY_TASKS} jobs per sweep, got {len(combos)}", field="sweep")
+    out = []
+    for i, combo in enumerate(combos):
+        r = dict(request, parameters={**request.get("parameters", {}), **dict(combo)})
+        if request.get("name"):
+            r["name"] = f"{request['name']}-{i}"
+        out.append(r)
+    return out
+
+
 #: The job option of each SubmitRequest field (API name → the flag a user types).
 JOB_FLAGS = {
     "gpus": "--gpus",
@@ -173,6 +221,11 @@ JOB_FLAGS = {
     "workingDir": "--workdir",
     "env": "--env",
     "array": "--array",
+    "sweep": "--sweep",
+    "parameters": "-p",
+    "kernel": "--kernel",
+    "outputDir": "--output-dir",
+    "notebook": "SCRIPT_OR_COMMAND",
     "script": "SCRIPT_OR_COMMAND",
     "command": "SCRIPT_OR_COMMAND",
     "args": "SCRIPT_OR_COMMAND",
@@ -253,8 +306,17 @@ def array_requests(request: dict, task_ids: list[int]) -> list[dict]:
 def cmd_submit(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
     client = client or server_client(args)
     request = request_from_args(args)
+    if getattr(args, "kernel", None):
+        request["kernel"] = args.kernel
+    if getattr(args, "output_dir", None):
+        request["outputDir"] = os.path.abspath(os.path.expanduser(args.output_dir))
+    batch = None
     if getattr(args, "array", None):
-        workloads = client.submit_many(array_requests(request, parse_array(args.array)))
+        batch = array_requests(request, parse_array(args.array))
+    if getattr(args, "sweep", None):
+        batch = [r for base in (batch or [request]) for r in sweep_requests(base, args.sweep)]
+    if batch is not None:
+        workloads = client.submit_many(batch)
         if args.wait:
             workloads = [client.wait(w["namespace"], w["name"]) for w in workloads]
         if args.json:
@@ -425,12 +487,14 @@ def _add_submit(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
     p = sub.add_parser(
         "submit",
         parents=[server, as_json],
-        help="queue a job: a .py script or a command",
+        help="queue a job: a .py script, a notebook (.ipynb) or a command",
         description="Queue a job in your team's LocalQueue. It starts when the queue admits it "
         "under quota, with CUDA_VISIBLE_DEVICES set to its GPUs or MIG device. Prints its name, "
         "state, queue position and estimated cost.",
         epilog="examples:\n  jupyter gpuqueue submit train.py --gpus 2 --max-runtime 2h\n"
-        "  jupyter gpuqueue submit --mig 1g.10gb --max-runtime 10m -- python eval.py --fast",
+        "  jupyter gpuqueue submit --mig 1g.10gb --max-runtime 10m -- python eval.py --fast\n"
+        "  jupyter gpuqueue submit train.ipynb -p lr 0.01 -p epochs 3\n"
+        "  jupyter gpuqueue submit train.ipynb --sweep lr 0.1,0.01 --sweep epochs 3,10",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_job_arguments(p)
@@ -438,6 +502,17 @@ def _add_submit(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
     p.add_argument("--array", metavar="SPEC",
                    help="a job array, as sbatch --array: 0-9, 1,3,5 or 0-15:4; one job per task id "
                    f"(in its environment as {ARRAY_TASK_ENV}; --name gets -<id>), submitted all or nothing")
+    g = p.add_argument_group("notebooks (papermill)")
+    g.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"),
+                   help="a notebook parameter, injected after the cell tagged 'parameters' (repeatable; "
+                   "VALUE as papermill's -p reads it: int, float, True/False/None, else text)")
+    g.add_argument("--sweep", nargs=2, action="append", default=[], metavar=("NAME", "VALUES"),
+                   help="one notebook job per value of VALUES (comma-separated); several --sweep: every "
+                   "combination; submitted all or nothing")
+    g.add_argument("--kernel", metavar="NAME", help="the kernelspec (default: the notebook's own)")
+    g.add_argument("--output-dir", metavar="DIR",
+                   help="the folder for the executed notebook (default: the notebook's)")
 
 
 def _add_estimate(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:

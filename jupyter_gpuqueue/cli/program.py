@@ -76,9 +76,10 @@ def split_job_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[li
         if action is not None:
             opts.append(tok)
             takes_value = action.nargs != 0 and not (tok.startswith("--") and "=" in tok)
-            if takes_value and i + 1 < len(argv):
-                opts.append(argv[i + 1])
-                i += 1
+            if takes_value:  # one value, or nargs=N of them (-p NAME VALUE)
+                n = action.nargs if isinstance(action.nargs, int) else 1
+                opts.extend(argv[i + 1:i + 1 + n])
+                i += n
         elif tok.startswith("-") and not target and tok != "-":
             opts.append(tok)  # an unknown option before the job: argparse reports it
         else:

@@ -111,6 +111,13 @@ def workload_summary(wl: dict) -> str:
         out += f", cost {money(wl.get('costUsd'))}"
     elif wl.get("costUsd"):
         out += f", cost so far {money(wl.get('costUsd'))}"
+    nb = wl.get("notebook")
+    if isinstance(nb, dict):  # a notebook job: where its executed notebook goes, and how far it got
+        out += f"; notebook → {nb.get('output')}"
+        if nb.get("failedCell"):
+            out += f" (failed at cell {nb['failedCell']} of {nb.get('cells')}: {nb.get('error')})"
+        elif nb.get("cell") and wl.get("state") == "Running":
+            out += f" (cell {nb['cell']} of {nb.get('cells')})"
     return out
 
 

@@ -218,6 +218,13 @@ class GpuQueueApp(ExtensionApp):
         429 TooManyRequests naming this limit (nothing is queued). 0: no limit.""",
     ).tag(config=True)
 
+    max_notebook_bytes = Int(
+        50 * 1024 * 1024,
+        help="""The largest notebook a notebook job may submit, in bytes (larger: 400 naming
+        ``notebook``, nothing queued). papermill rewrites the whole executed notebook after every
+        cell, so a notebook heavy with outputs costs the job that much I/O per cell.""",
+    ).tag(config=True)
+
     freeze_gc_after_start = Bool(
         True,
         help="""Once the queue has started (ledger restored, jobs adopted), collect garbage and
@@ -609,6 +616,9 @@ class GpuQueueApp(ExtensionApp):
             if self.max_pending_per_user < 0:
                 raise ValidationError("must be ≥ 0 (0: no limit)", "max_pending_per_user")
             service.max_pending_per_user = self.max_pending_per_user
+            if self.max_notebook_bytes <= 0:
+                raise ValidationError("must be > 0 bytes", "max_notebook_bytes")
+            service.checks.notebooks.max_bytes = self.max_notebook_bytes
             if self.estimate_min_interval <= 0:
                 raise ValidationError("must be > 0 seconds", "estimate_min_interval")
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)

@@ -19,6 +19,7 @@ from ..engine.model import GPU, MIG_PREFIX, PodSet, Workload, apply_transformati
 from ..engine.quantity import format_quantity
 from ..errors import ValidationError
 from . import names
+from .notebooks import NOTEBOOK_FIELDS, NotebookChecks, is_notebook_request
 from .states import DEFAULT_MAX_RUNTIME, MAX_RUNTIME_LIMIT
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class RequestChecks:
         self.root_dir = root_dir
         self.python_executable = python_executable
         self.default_priority_class = default_priority_class
+        self.notebooks = NotebookChecks(root_dir=root_dir, python_executable=python_executable)
 
     def resolve_priority(self, name) -> tuple[int, Optional[str]]:
         if name in (None, ""):
@@ -155,6 +157,28 @@ class RequestChecks:
         user probe folders closed to them."""
         return getattr(self.backend, "accounts", None) is not None
 
+    def working_dir(self, wd, base: str, owner: bool) -> Optional[str]:
+        """A request's ``workingDir`` made absolute (None when not given); ValidationError when
+        it is no folder (checked unless jobs run as their owners: the wrapper enters it)."""
+        if wd in (None, ""):
+            return None
+        if not isinstance(wd, str):
+            raise ValidationError("must be a path", "workingDir")
+        wd_path = Path(wd) if os.path.isabs(wd) else Path(base) / wd
+        if owner:
+            return os.path.abspath(wd_path)  # entered by the wrapper as the owner
+        if not wd_path.is_dir():
+            raise ValidationError(f"no such directory: {wd}", "workingDir")
+        return str(wd_path.resolve())
+
+    def notebook_command(self, request: dict, home: Optional[str] = None) -> tuple[list[str], str, dict]:
+        """(argv, working folder, the spec's ``notebook`` entry) of a notebook SubmitRequest
+        (service/notebooks.py); ValidationError naming the field."""
+        owner = self._as_owner()
+        base = home if (owner and home) else self.root_dir
+        wd = self.working_dir(request.get("workingDir"), base, owner)
+        return self.notebooks.command(request, base=base, as_owner=owner, workdir=wd)
+
     def command(self, request: dict, home: Optional[str] = None) -> tuple[list[str], str]:
         """(argv, working folder) of a SubmitRequest's ``command`` or ``script``; ValidationError
         naming the field. The paths are checked here unless jobs run as their owners
@@ -165,11 +189,17 @@ class RequestChecks:
         such as the hub's state folder, which no job may use: issue 31)."""
         owner = self._as_owner()
         base = home if (owner and home) else self.root_dir
+        if is_notebook_request(request):  # papermill runs it (service/notebooks.py)
+            argv, cwd, _entry = self.notebook_command(request, home)
+            return argv, cwd
         has_cmd = request.get("command") not in (None, "", [])
         has_script = request.get("script") not in (None, "")
         if has_cmd == has_script:
-            raise ValidationError("give exactly one of 'command' or 'script'", "command")
+            raise ValidationError("give exactly one of 'command', 'script' or 'notebook'", "command")
         wd = request.get("workingDir")
+        for f in NOTEBOOK_FIELDS[1:]:
+            if request.get(f) not in (None, "", {}):
+                raise ValidationError(f"only a notebook job takes {f!r}", f)
         if has_script:
             script = request["script"]
             if not isinstance(script, str):
@@ -194,18 +224,7 @@ class RequestChecks:
                 raise ValidationError("must be a non-empty list of strings (argv)", "command")
             argv = list(cmd)
             default_wd = base
-        if wd not in (None, ""):
-            if not isinstance(wd, str):
-                raise ValidationError("must be a path", "workingDir")
-            wd_path = Path(wd) if os.path.isabs(wd) else Path(base) / wd
-            if owner:
-                cwd = os.path.abspath(wd_path)  # entered by the wrapper as the owner
-            else:
-                if not wd_path.is_dir():
-                    raise ValidationError(f"no such directory: {wd}", "workingDir")
-                cwd = str(wd_path.resolve())
-        else:
-            cwd = default_wd
+        cwd = self.working_dir(wd, base, owner) or default_wd
         if owner or not getattr(self.backend, "local_commands", True):
             # Kubernetes: runs in a container image, not on this server; as the owner: the
             # wrapper finds the command on the owner's PATH and says so if it cannot.

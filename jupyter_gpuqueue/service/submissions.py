@@ -1,7 +1,7 @@
 """Submissions: a SubmitRequest (the panel's form, ``%%gpujob``, the CLI) or a Kubernetes manifest
 turned into a spec and an engine ``Workload``, with every check (LocalQueue and team, then
 ``checks``: priority class, maximum run time, GPUs / MIG profile / flavor, command, Kueue's
-ExceedsMaxQuota), names, the batch form (job arrays) and the cap of pending workloads per user. What
+ExceedsMaxQuota), names, notebooks (papermill, ``notebooks``), the batch form (job arrays) and the cap of pending workloads per user. What
 is accepted is persisted by ``intake``.
 """
 
@@ -17,6 +17,7 @@ from ..engine.manifests import parse_workload_document, parse_yaml_documents
 from ..engine.model import Workload
 from ..errors import Conflict, Forbidden, GpuQueueError, TooManyRequests, ValidationError
 from . import names
+from .notebooks import is_notebook_request
 from .states import DEFAULT_MAX_RUNTIME, PENDING
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class Submissions:
             server = request.get("notebookServer")
             server = server.get("name") if isinstance(server, dict) else None
             base = f"notebook-{server}" if server and isinstance(server, str) else "notebook"
+        elif is_notebook_request(request) and isinstance(request["notebook"], str):
+            base = Path(request["notebook"]).stem
         else:
             base = Path(argv[1]).stem if len(argv) > 1 and argv[0] == self.python_executable else Path(argv[0]).name
         for _ in range(100):
@@ -121,7 +124,7 @@ class Submissions:
             ps.tolerations = list(ps.tolerations) + self.costs.spot_tolerations()
         if kind == LEASE_KIND:
             # A lease holds devices for a notebook server started elsewhere: no command.
-            for f in ("command", "script", "args", "workingDir", "env"):
+            for f in ("command", "script", "args", "workingDir", "env", "notebook", "parameters"):
                 if request.get(f) not in (None, "", [], {}):
                     raise ValidationError(f"a {LEASE_KIND} runs no command; remove {f!r}", f)
             argv, cwd = [], self.root_dir
@@ -129,7 +132,11 @@ class Submissions:
         else:
             if request.get("notebookServer") is not None:
                 raise ValidationError(f"only a {LEASE_KIND} names a notebook server", "notebookServer")
-            argv, cwd = self.checks.command(request, home=getattr(account, "home", None))
+            notebook = None
+            if is_notebook_request(request):  # papermill runs it (service/notebooks.py)
+                argv, cwd, notebook = self.checks.notebook_command(request, home=getattr(account, "home", None))
+            else:
+                argv, cwd = self.checks.command(request, home=getattr(account, "home", None))
         env = request.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ValidationError("must be an object of string values", "env")
@@ -146,6 +153,8 @@ class Submissions:
             "flavor": request.get("flavor") or "any",
             "source": "form",
         }
+        if kind != LEASE_KIND and notebook is not None:
+            spec["notebook"] = notebook
         if kind == LEASE_KIND:
             spec["kind"] = LEASE_KIND
             if server is not None:

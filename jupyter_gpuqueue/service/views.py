@@ -13,6 +13,7 @@ from ..engine.model import GPU, MIG_PREFIX, PodSet, Workload
 from ..engine.quantity import format_quantity
 from ..errors import ValidationError
 from .devices import visible_devices
+from .notebooks import NotebookProgress
 from .states import DEFAULT_MAX_RUNTIME, PENDING, RUNNING
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ class Views:
         self.delegated = delegated
         self.python_executable = python_executable
         self.root_dir = root_dir
+        self.notebooks = NotebookProgress(root_dir)  # a notebook job's executed notebook, cell n of N
 
     def info(self, user: str) -> dict:
         lqs = []
@@ -456,6 +458,7 @@ class Views:
             "notebookServer": spec.get("notebookServer"),
             **(self.idle.fields(rec) if self.idle is not None else {"idleDeadline": None, "idleKeepsLeft": None,
                                                                     "idleAction": None, "idleSince": None}),
+            "notebook": self.notebooks.view(rec) if "notebook" in spec else None,
             "command": spec["command"],
             "workingDir": spec["workingDir"],
             "maxRuntimeSeconds": max_rt,

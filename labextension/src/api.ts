@@ -141,6 +141,11 @@ export interface ISubmitRequest {
   maxRuntimeSeconds?: number;
   maxRuntime?: string;
   env?: Record<string, string>;
+  /** A notebook job (notebookJob.ts): the .ipynb, papermill parameters, kernel, output folder. */
+  notebook?: string;
+  parameters?: Record<string, unknown>;
+  kernel?: string;
+  outputDir?: string;
 }
 
 export interface IEstimate {

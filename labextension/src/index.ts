@@ -3,7 +3,8 @@
  *
  * - left sidebar panel `jp-gpuqueue-panel`;
  * - commands "GPU Queue: Open panel" and "GPU Queue: Submit file as GPU job" in the palette;
- * - "Submit as GPU job…" in the file browser's context menu on `.py` files (schema/plugin.json).
+ * - "Submit as GPU job…" in the file browser's context menu on `.py` files (schema/plugin.json);
+ * - "Submit notebook as GPU job…" on the notebook toolbar and on `.ipynb` files (notebookJob.ts).
  */
 import {
   ILayoutRestorer,
@@ -22,12 +23,62 @@ import { addStatusBarItem } from './statusbar';
 import { GpuQueuePanel, PANEL_ID } from './widget';
 import { jobPagePlugin } from './jobpage/plugin';
 import { notificationsPlugin } from './notifications';
+import { IParameterRow, parametersCellRows, setFileOpener } from './notebookJob';
 
 const PLUGIN_ID = 'jupyter-gpuqueue:plugin';
 
 export namespace CommandIDs {
   export const open = 'gpuqueue:open';
   export const submitFile = 'gpuqueue:submit-file';
+  export const submitNotebook = 'gpuqueue:submit-notebook';
+}
+
+/**
+ * "Submit notebook as GPU job…" (the notebook toolbar, the file browser's context menu on
+ * .ipynb files, the palette): saves the notebook if it is open with changes, reads the names and
+ * defaults of its `parameters` cell, and opens the panel's form on it. Also registers how the
+ * job card and page open the executed notebook.
+ */
+function addSubmitNotebookCommand(
+  app: JupyterFrontEnd,
+  browser: IDefaultFileBrowser | null,
+  panel: GpuQueuePanel
+): void {
+  setFileOpener(path => void app.commands.execute('docmanager:open', { path }));
+  const isNb = (p: string | undefined) => !!p && p.toLowerCase().endsWith('.ipynb');
+  app.commands.addCommand(CommandIDs.submitNotebook, {
+    label: args =>
+      args.isPalette ? 'GPU Queue: Submit notebook as GPU job' : 'Submit notebook as GPU job…',
+    caption: 'Run this notebook as a GPU queue job (papermill, with parameters)',
+    icon: args => (args.isPalette || args.isMenu ? undefined : gpuQueueIcon),
+    execute: async args => {
+      const current = app.shell.currentWidget as any;
+      let path: string | null = typeof args.path === 'string' ? (args.path as string) : null;
+      if (!path && args.isMenu) {
+        const selected = browser?.selectedItems().next();
+        path = selected && !selected.done && isNb(selected.value?.path) ? selected.value.path : null;
+      }
+      if (!path && isNb(current?.context?.path)) {
+        path = current.context.path as string;
+      }
+      if (!path) {
+        app.shell.activateById(PANEL_ID);
+        return;
+      }
+      if (current?.context?.path === path && current.context.model?.dirty) {
+        await current.context.save(); // the job runs the file as saved
+      }
+      let rows: IParameterRow[] = [];
+      try {
+        const file = await app.serviceManager.contents.get(path, { content: true, type: 'notebook' });
+        rows = parametersCellRows(file.content);
+      } catch (reason) {
+        console.warn('jupyter-gpuqueue: cannot read the notebook', reason);
+      }
+      panel.prefillNotebook(serverPath(path), rows);
+      app.shell.activateById(PANEL_ID);
+    }
+  });
 }
 
 /** The path of a `.py` file the user means: the file browser selection, else the current editor. */
@@ -128,8 +179,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    // Notebooks as GPU jobs (notebookJob.ts): the toolbar button, the file browser's menu.
+    addSubmitNotebookCommand(app, browser, panel);
+
     if (palette) {
-      for (const command of [CommandIDs.open, CommandIDs.submitFile]) {
+      for (const command of [CommandIDs.open, CommandIDs.submitFile, CommandIDs.submitNotebook]) {
         palette.addItem({ command, category: 'GPU Queue', args: { isPalette: true } });
       }
     }

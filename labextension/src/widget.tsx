@@ -12,6 +12,7 @@ import { CostsView } from './components/costs/CostsView';
 import { MigGrid } from './components/costs/MigGrid';
 import { JobList } from './components/JobList';
 import { IFormPrefill, SubmitForm } from './components/SubmitForm';
+import { IParameterRow } from './notebookJob';
 import { gpuQueueIcon } from './icon';
 import { formPrefillRequested } from './jobpage/opener';
 import { QueueModel } from './model';
@@ -186,6 +187,12 @@ export class GpuQueuePanel extends ReactWidget {
   /** Open the form on a Python file (file browser "Submit as GPU job…"). */
   prefillScript(path: string): void {
     this._lastPrefill = { script: path, serial: ++this._serial };
+    this._prefill.emit(this._lastPrefill);
+  }
+
+  /** Open the form's Notebook tab on a notebook with these parameter rows (notebookJob.ts). */
+  prefillNotebook(path: string, parameters: IParameterRow[]): void {
+    this._lastPrefill = { script: '', notebook: path, parameters, serial: ++this._serial };
     this._prefill.emit(this._lastPrefill);
   }
 

@@ -28,6 +28,7 @@ import { IWorkloadEntry, QueueModel } from '../model';
 import { canOpenJobPage, openJobPage } from '../jobpage/opener';
 import { preemptionsOf } from '../jobpage/types';
 import { plainReason } from '../reasons';
+import { NotebookLine } from './NotebookLine';
 import { notebookServerLabel } from '../leaseWarning';
 import {
   filterEntries,
@@ -421,6 +422,7 @@ function JobRow(props: {
       )}
 
       <PreemptionLine w={w} />
+      <NotebookLine w={w} model={model} />
 
       <div className="jp-gpuqueue-job-foot">
         <span

@@ -9,12 +9,18 @@ import { ApiError, IEstimate, ISubmitRequest, IWorkload, workloadKey } from '../
 import { describeEstimate, parseDuration, shellSplit } from '../format';
 import { ICloneRequest, cloneFormFields, formPrefillRequested } from '../jobpage/opener';
 import { QueueModel } from '../model';
+import { IParameterRow, parametersFromRows, rowsFromParameters } from '../notebookJob';
+import { NotebookFields } from './NotebookFields';
 
 /** The serial of the last clone request a form took (one form fills once per request). */
 let clonesTaken = 0;
 
 export interface IFormPrefill {
   script: string;
+  /** A notebook job instead (the notebook toolbar, the file browser on a .ipynb): its path and
+   * parameter rows (the defaults of its `parameters` cell). */
+  notebook?: string;
+  parameters?: IParameterRow[];
   /** Increases with every request, so that the same path can be prefilled twice. */
   serial: number;
 }
@@ -26,9 +32,10 @@ interface IProps {
 }
 
 type Errors = Record<string, string>;
+type Mode = 'script' | 'command' | 'notebook';
 
 /** API field names (and JSON paths) → the form field that shows the error. */
-function formField(field: string | undefined, mode: 'script' | 'command'): string {
+function formField(field: string | undefined, mode: Mode): string {
   if (!field) {
     return '';
   }
@@ -42,7 +49,8 @@ function formField(field: string | undefined, mode: 'script' | 'command'): strin
     case 'args':
       return mode === 'script' ? 'args' : 'command';
     case 'workingDir':
-      return mode === 'script' ? 'script' : 'command';
+    case 'outputDir':
+      return mode === 'command' ? 'command' : mode;
     default:
       return head;
   }
@@ -52,7 +60,9 @@ export function SubmitForm(props: IProps): JSX.Element {
   const { model } = props;
   const info = model.info;
 
-  const [mode, setMode] = React.useState<'script' | 'command'>('script');
+  const [mode, setMode] = React.useState<Mode>('script');
+  const [notebook, setNotebook] = React.useState('');
+  const [parameterRows, setParameterRows] = React.useState<IParameterRow[]>([]);
   const [script, setScript] = React.useState('');
   const [args, setArgs] = React.useState('');
   const [command, setCommand] = React.useState('');
@@ -103,6 +113,8 @@ export function SubmitForm(props: IProps): JSX.Element {
       const f = cloneFormFields(r.request);
       setMode(f.mode);
       setCommand(f.command);
+      setNotebook(f.notebook ?? '');
+      setParameterRows(rowsFromParameters(f.parameters));
       setKind(f.kind);
       setGpus(f.gpus);
       if (f.migProfile) {
@@ -129,7 +141,11 @@ export function SubmitForm(props: IProps): JSX.Element {
 
   // "Submit as GPU job…" on a .py file.
   React.useEffect(() => {
-    if (props.prefill) {
+    if (props.prefill?.notebook) {
+      setMode('notebook');
+      setNotebook(props.prefill.notebook);
+      setParameterRows(props.prefill.parameters ?? []);
+    } else if (props.prefill) {
       setMode('script');
       setScript(props.prefill.script);
       setSubmitted(null);
@@ -146,7 +162,19 @@ export function SubmitForm(props: IProps): JSX.Element {
   ): { request: ISubmitRequest | null; errors: Errors } => {
     const errs: Errors = {};
     const request: ISubmitRequest = {};
-    if (mode === 'script') {
+    if (mode === 'notebook') {
+      if (notebook.trim()) {
+        request.notebook = notebook.trim();
+      } else if (!forEstimate) {
+        errs.notebook = 'Enter the path of a .ipynb file, relative to the server root.';
+      }
+      const p = parametersFromRows(parameterRows);
+      if (p.error) {
+        errs.parameters = p.error;
+      } else if (Object.keys(p.parameters).length) {
+        request.parameters = p.parameters;
+      }
+    } else if (mode === 'script') {
       if (script.trim()) {
         request.script = script.trim();
       } else if (!forEstimate) {
@@ -205,7 +233,7 @@ export function SubmitForm(props: IProps): JSX.Element {
   };
 
   // The estimated cost, debounced, as the form changes.
-  const estimateDeps = [mode, script, args, command, kind, gpus, migProfile, flavor, priorityClass, maxRuntime, localQueue, info];
+  const estimateDeps = [mode, script, args, command, notebook, parameterRows, kind, gpus, migProfile, flavor, priorityClass, maxRuntime, localQueue, info];
   React.useEffect(() => {
     if (!info) {
       return;
@@ -297,6 +325,9 @@ export function SubmitForm(props: IProps): JSX.Element {
         'script',
         'args',
         'command',
+        'notebook',
+        'parameters',
+        'kernel',
         'gpus',
         'migProfile',
         'flavor',
@@ -328,9 +359,26 @@ export function SubmitForm(props: IProps): JSX.Element {
         >
           Command
         </button>
+        <button
+          type="button"
+          role="tab"
+          aria-selected={mode === 'notebook'}
+          className={mode === 'notebook' ? 'jp-mod-active' : ''}
+          onClick={() => setMode('notebook')}
+        >
+          Notebook
+        </button>
       </div>
 
-      {mode === 'script' ? (
+      {mode === 'notebook' ? (
+        <NotebookFields
+          notebook={notebook}
+          onNotebook={setNotebook}
+          rows={parameterRows}
+          onRows={setParameterRows}
+          errors={errors}
+        />
+      ) : mode === 'script' ? (
         <>
           <label className="jp-gpuqueue-field">
             <span>Script</span>

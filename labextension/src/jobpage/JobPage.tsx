@@ -23,6 +23,7 @@ import {
   requestOf
 } from './types';
 import { formPrefillRequested, openJobPage } from './opener';
+import { NotebookSection } from './NotebookSection';
 
 const REFRESH_MS = 3000;
 const LOG_POLL_MS = 1000;
@@ -214,6 +215,8 @@ export function JobPage(props: IJobPageProps): JSX.Element {
           )}
         </div>
       )}
+
+      <NotebookSection w={w} />
 
       <section className="jp-gpuqueue-jobpage-section" data-section="timeline">
         <h2>Timeline</h2>

@@ -81,8 +81,11 @@ export const formPrefillRequested = new CloneHub();
 
 /** The submit form's fields (SubmitForm.tsx state, all strings) for a cloned request. */
 export interface ICloneFormFields {
-  mode: 'command';
+  mode: 'command' | 'notebook';
   command: string;
+  /** A notebook job: its notebook and parameters (the form's Notebook tab). */
+  notebook?: string;
+  parameters?: Record<string, unknown>;
   kind: 'gpu' | 'mig';
   gpus: string;
   migProfile: string;
@@ -116,8 +119,10 @@ function durationText(seconds: number): string {
  */
 export function cloneFormFields(r: ISubmitRequest): ICloneFormFields {
   return {
-    mode: 'command',
+    mode: r.notebook ? 'notebook' : 'command',
     command: (r.command ?? []).map(shellQuote).join(' '),
+    notebook: r.notebook,
+    parameters: r.parameters,
     kind: r.migProfile ? 'mig' : 'gpu',
     gpus: String(r.gpus ?? 1),
     migProfile: r.migProfile ?? '',

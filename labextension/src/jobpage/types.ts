@@ -119,11 +119,21 @@ export function requestOf(w: IWorkload, runs: IRun[] = []): ISubmitRequest {
   const body: ISubmitRequest = {
     localQueue: `${w.namespace}/${w.localQueue}`
   };
-  if (w.command && w.command.length) {
-    body.command = [...w.command];
-  }
-  if (w.workingDir) {
-    body.workingDir = w.workingDir;
+  const nb = (w as any).notebook;
+  if (nb && typeof nb.input === 'string') {
+    // A notebook job (notebookJob.ts): its notebook and parameters, not papermill's argv.
+    body.notebook = nb.input;
+    body.parameters = { ...(nb.parameters ?? {}) };
+    if (nb.outputDir) {
+      body.outputDir = nb.outputDir;
+    }
+  } else {
+    if (w.command && w.command.length) {
+      body.command = [...w.command];
+    }
+    if (w.workingDir) {
+      body.workingDir = w.workingDir;
+    }
   }
   const requests = w.podSets?.[0]?.requests ?? {};
   for (const [resource, quantity] of Object.entries(requests)) {
