@@ -300,6 +300,8 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
     return {
         "seed": seed, "timeScale": time_scale, "jobs": len(jobs), "started": started,
         "cancelled": sum(1 for v in final.values() if v["state"] == "Cancelled"),
+        "succeeded": sum(1 for v in final.values() if v["state"] == "Succeeded"),
+        "ended": sum(1 for v in final.values() if v["state"] in ("Succeeded", "Failed", "Cancelled")),
         "waited": n_w, "minWait": min_wait, "medianWait": r3(_pct(waits, 0.5)), "seconds": round(elapsed, 1),
         "coverageAtSubmission": r3(cov_post / n_w if n_w else None),
         "coverageBeforeStart": r3(cov_any / n_w if n_w else None),

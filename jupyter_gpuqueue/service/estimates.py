@@ -28,9 +28,15 @@ run times), computed here:
   reason, a start moved by more than ``max(60 s, 25 %)`` of the wait) get a ``workload`` event, at
   most ``events_per_refresh`` per refresh, so panels update without polling. BENCHMARKS.md,
   "Estimated start times in the live service", has what this costs the position queries.
+- **At submission** (:meth:`Estimates.quick_estimate`, issue 35): a workload no refresh has seen
+  is estimated on the spot, on the loop, by a forward run for it alone (bounded: ``quick_max_pending``,
+  ``quick_loop_seconds`` per second), so the POST answer carries an estimate; the next refresh
+  replaces it.
 - **The point and the range.** One forward run (no extra draws); its wait is blended with the
-  ClusterQueue's recent admission rate (position / admissions per second over the last hour, with
-  at least 5 admissions: :mod:`..engine.wait_rate`, as the replay measured it), and the range
+  ClusterQueue's recent admission rate (position / admissions per second over the last hour, or
+  the time observed since ``observed_since`` when shorter, with at least 5 admissions:
+  :mod:`..engine.wait_rate`), then bounded so that point, range and ``waitingFor`` agree
+  (:mod:`..engine.estimate_bounds`), and the range
   comes from the estimator's own past errors: each workload's first estimate is compared with
   its actual start, and early / late are the estimate times the 5th / 95th percentile of recent
   ratios in its ClusterQueue (:class:`..engine.calibration.WaitCalibration`; ×/÷ 4 until 20 are
