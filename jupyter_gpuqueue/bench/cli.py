@@ -98,7 +98,7 @@ def add_bench_parser(sub, server_parent) -> None:
     e.add_argument("--n", type=positive_int, default=80, help="jobs (80)")
     e.add_argument("--time-scale", type=float, default=1.0,
                    help="run times ×this (1.0: declared maxima 8-36 s; the default run takes ~5 min)")
-    e.add_argument("--mean-gap", type=float, default=3.0, help="mean seconds between jobs (bursts) (3.0)")
+    e.add_argument("--mean-gap", type=float, default=2.0, help="mean seconds between jobs (bursts) (2.0)")
     e.add_argument("--poll-interval", type=float, default=1.0, help="seconds between reads of the pending list")
     e.add_argument("--rate-blend", type=float, default=None,
                    help="GpuQueueApp.estimate_rate_blend of the started server (default: its default)")

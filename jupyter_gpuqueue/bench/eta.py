@@ -71,7 +71,7 @@ class EtaJob:
     reads: list = field(default_factory=list)  # (t, estimatedStartAt, early, late, position, [(kind, end)])
 
 
-def eta_stream(n: int, seed: int, *, time_scale: float = 1.0, mean_gap: float = 4.0, high_share: float = 0.05,
+def eta_stream(n: int, seed: int, *, time_scale: float = 1.0, mean_gap: float = 2.0, high_share: float = 0.05,
                cancel_share: float = 0.05) -> list[EtaJob]:
     """The seeded stream: ``n`` jobs; bursts of 1–6 jobs 0.2 s apart at exponential gaps of mean
     ``mean_gap`` × burst size seconds."""
@@ -136,7 +136,7 @@ def _pct(xs: list[float], q: float) -> Optional[float]:
     return xs[i] + (xs[j] - xs[i]) * (pos - i)
 
 
-def run_eta(server, *, n: int = 80, seed: int = 42, time_scale: float = 1.0, mean_gap: float = 4.0,
+def run_eta(server, *, n: int = 80, seed: int = 42, time_scale: float = 1.0, mean_gap: float = 2.0,
             poll_interval: float = 1.0, min_wait: float = 2.0, cycle_interval: float = 0.5,
             drain_timeout: float = 900.0) -> dict:
     """Run the stream against ``server`` (its queues those of :func:`cluster_yaml`) and measure
@@ -242,6 +242,7 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
         xs.sort()
     cov_post = cov_any = 0
     sub_err, sub_rate, half_err, half_rate, in_range, has_range = [], [], [], [], 0, 0
+    early_miss = late_miss = capped = 0
     waits = []
     started = 0
     contradictions = {"pointOutsideRange": 0, "inThePast": 0, "reads": 0}
@@ -279,6 +280,12 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
             has_range += 1
             if rng["early"] - slack <= admitted <= rng["late"] + slack:
                 in_range += 1
+            elif admitted < rng["early"]:
+                early_miss += 1
+            else:
+                late_miss += 1
+                capped += bool(j.post.get("waitingFor")) and all(
+                    w["kind"] == "running" for w in j.post["waitingFor"])
         half = created + wait / 2.0
         before = [r for r in j.reads if r[0] <= half]
         if before and before[-1][1] is not None:
@@ -311,6 +318,7 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
         "halfWait": {"medianError": r3(_pct(half_err, 0.5)), "p90Error": r3(_pct(half_err, 0.9)),
                      "rateMedianError": r3(_pct(half_rate, 0.5)), "rateP90Error": r3(_pct(half_rate, 0.9))},
         "rangeCoverage": r3(in_range / has_range if has_range else None), "withRange": has_range,
+        "rangeMisses": {"early": early_miss, "late": late_miss, "lateWaitingForRunningOnly": capped},
         "consistency": contradictions,
         "cost": {**(cpu or {}), "postLatencyMedianMs": r3(1000 * (_pct(lat, 0.5) or 0)),
                  "postLatencyP90Ms": r3(1000 * (_pct(lat, 0.9) or 0))},
@@ -329,7 +337,7 @@ def format_eta(r: dict) -> str:
         f"(p90 {s['rateP90Error']}): ratio {s['ratio']}",
         f"  at half the wait: median error {h['medianError']} s (p90 {h['p90Error']}) vs rate "
         f"{h['rateMedianError']} s (p90 {h['rateP90Error']})",
-        f"  range holds {r['rangeCoverage']} of {r['withRange']} starts",
+        f"  range holds {r['rangeCoverage']} of {r['withRange']} starts (missed: {r['rangeMisses']})",
         f"  consistency over {r['consistency']['reads']} reads: {r['consistency']['pointOutsideRange']} point outside "
         f"its range, {r['consistency']['inThePast']} in the past",
         f"  cost: {r['cost']}",

@@ -161,6 +161,9 @@ class Estimates:
     # exact_per_queue=1 and the calibrated range 241 ms (50 per queue: 11 s).
     exact_per_queue: Optional[int] = 1
     simulate_all_below = 1000
+    # A queue of at most walk_below pending is walked cycle by cycle as Kueue does (compress=False):
+    # the shortcut was off by 7.7 s median where the walk was off by 0.2 s (issue 35).
+    walk_below = 200
     history_seed_limit = 20_000  # finished runs read from the ledger at start
     faster_options_limit = 10  # workloads per round that get variants estimated
     faster_options_min_wait = 120.0  # s: a wait shorter than this gets no faster option
@@ -560,7 +563,7 @@ class Estimates:
         pending = len(snap.workloads) - len(snap.admitted)
         exact = None if pending <= self.simulate_all_below else self.exact_per_queue
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
-                                  exact_per_queue=exact, ranges=False)
+                                  exact_per_queue=exact, ranges=False, compress=pending > self.walk_below)
         self._blend_and_range(snap, now, results, job["admissions"], job["deadlines"])
         if job["variants"] is None:
             return job["version"], now, results, None, time.perf_counter() - t0, time.thread_time() - cpu0
@@ -831,7 +834,8 @@ class Estimates:
                 deadline = ((rec or {}).get("run") or {}).get("evictionDeadline")
                 if deadline:
                     deadlines[k] = float(deadline)
-            results = estimate_starts(snap, now, self.model, deadlines=deadlines, keys=[key], ranges=False)
+            results = estimate_starts(snap, now, self.model, deadlines=deadlines, keys=[key], ranges=False,
+                                      compress=len(snap.workloads) - len(snap.admitted) > self.walk_below)
             self._blend_and_range(snap, now, results, self._admissions, deadlines)
         except Exception:  # pragma: no cover - the refresh will estimate it
             self.log.debug("gpuqueue: no estimate at submission for %s", key, exc_info=True)
