@@ -23,7 +23,7 @@ def add_bench_parser(sub, server_parent) -> None:
 
     p = sub.add_parser(
         "bench",
-        help="benchmarks of the live service: submit, drain, panels (BENCHMARKS.md)",
+        help="benchmarks of the live service: submit, drain, panels, eta, k8s (BENCHMARKS.md)",
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
