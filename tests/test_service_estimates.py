@@ -378,3 +378,26 @@ def test_a_forked_refresh_snapshots_in_the_child_at_low_priority_and_estimates_e
     assert os.getpid() not in snapshots  # never on the event loop's process
     own = os.getpriority(os.PRIO_PROCESS, 0)
     assert all(pid != os.getpid() and prio > own for pid, prio in computes), (own, computes)
+
+
+def test_an_estimate_time_has_overtaken_is_never_shown_in_the_past(make):
+    """An estimate older than now (a refresh that predicted a start which has passed) shows "now",
+    its range moved along, until the next refresh (issue 35)."""
+    svc = make()
+    submit(svc, "a", gpus=2, runtime=600)
+    wait(svc, lambda: svc.get_workload("one", "a")["state"] == "Running")
+    submit(svc, "b", gpus=2, runtime=300)
+    svc.tick()
+    svc.estimates.refresh_now()
+    view = svc.get_workload("one", "b")
+    real = svc.conf.clock
+    later = view["estimatedStartAt"] + 5.0  # past the estimate; a still runs (the clock is only read)
+    svc.conf.clock = lambda: later
+    try:
+        view = svc.get_workload("one", "b")
+    finally:
+        svc.conf.clock = real
+    assert view["state"] == "Pending"
+    assert view["estimatedStartAt"] >= later
+    rng = view["estimatedStartRange"]
+    assert later <= rng["early"] <= view["estimatedStartAt"] <= rng["late"]
