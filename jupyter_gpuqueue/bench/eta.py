@@ -23,8 +23,10 @@ Measured, for the jobs that started after waiting ≥ ``min_wait`` s (2):
   read;
 * **range coverage**: the share of starts within the POST answer's ``estimatedStartRange``
   (``cycle_interval`` of slack: an admission waits for the next scheduling pass);
-* **consistency**: reads whose point lies outside its own range or in the past, or later than
-  the last ``waitingFor`` end + 10 s where the estimate waits for running workloads only;
+* **consistency**: reads whose point lies outside its own range, or in the past (before the
+  moment of the read, 1 s of slack);
+* **range misses** by side (early / late), and the late ones whose ``waitingFor`` named running
+  workloads only (where the late bound is capped by their declared maxima);
 * **cost**: the server's CPU seconds (its own, and its children's: the forked estimate
   processes and the jobs' shells) per minute, and the POST latency.
 """
