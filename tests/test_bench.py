@@ -179,6 +179,23 @@ def test_bench_submit_acknowledges_every_submission_exactly_once(tmp_path):
     assert "submissions" in text or "/s" in text
 
 
+def test_bench_eta_runs_a_tiny_stream_and_reports_against_the_rate(tmp_path):
+    """``bench eta`` (issue 35) at a tiny scale: every job ends (the cancelled ones Cancelled, the
+    others Succeeded: they really slept), every figure is reported, and no estimate read lay
+    outside its own range or in the past. No figure is checked against a target."""
+    res = tmp_path / "eta.json"
+    rc, text = _bench("eta", "--n", "8", "--time-scale", "0.15", "--mean-gap", "0.3", "--poll-interval", "0.5",
+                      "--json", str(res))
+    assert rc == 0, text
+    r = json.loads(res.read_text())
+    assert r["jobs"] == 8 and r["ended"] == 8 and r["errorCount"] == 0
+    assert r["succeeded"] + r["cancelled"] == 8
+    assert r["consistency"]["pointOutsideRange"] == 0 and r["consistency"]["inThePast"] == 0
+    for key in ("coverageAtSubmission", "submission", "halfWait", "rangeCoverage", "cost"):
+        assert key in r
+    assert "at submission" in text
+
+
 @pytest.mark.parametrize("borrowing", ["--borrowing", "--no-borrowing"])
 def test_bench_drain_runs_every_job_to_success(tmp_path, borrowing):
     res = tmp_path / "drain.json"

@@ -99,10 +99,13 @@ def test_a_waiting_job_is_estimated_from_the_running_jobs_declared_run_time(make
     svc.tick()
     view = svc.get_workload("one", "b")
     assert view["state"] == "Pending"
-    assert view["estimatedStartAt"] is None and view["estimateReason"] == "NotYetEstimated"
+    admitted = svc.get_workload("one", "a")["admittedAt"]
+    # Before any refresh: estimated on the spot (issue 35), from what it waits for.
+    assert view["estimateReason"] is None and svc.estimates.refreshes == 0
+    assert view["estimatedStartAt"] == pytest.approx(admitted + 600, abs=2.0)
+    assert [w["name"] for w in view["waitingFor"]] == ["a"]
     svc.estimates.refresh_now()
     view = svc.get_workload("one", "b")
-    admitted = svc.get_workload("one", "a")["admittedAt"]
     # No history yet: "a" runs its declared 600 s, then "b" (2 × gpu-a) is admitted.
     assert view["estimateReason"] is None
     assert view["estimatedStartAt"] == pytest.approx(admitted + 600, abs=2.0)
@@ -236,15 +239,22 @@ def test_the_running_service_refreshes_estimates_off_the_event_loop(make, tmp_pa
             events: list[dict] = []
             svc.subscribe(events.append)
             submit(svc, "b", gpus=2)
+
+            def heard() -> bool:
+                return any(e.get("type") == "workload" and e["workload"]["name"] == "b"
+                           and e["workload"]["estimatedStartAt"] is not None for e in events)
+
+            # The view has an estimate at once (estimated at submission, issue 35); wait for the
+            # refresh off the loop to have estimated it too.
             for _ in range(400):
                 view = svc.get_workload("one", "b")
-                if view["estimatedStartAt"] is not None:
+                if "one/b" in svc.estimates.results and heard():
                     break
                 await asyncio.sleep(0.05)
             assert view["estimatedStartAt"] is not None, view
+            assert "one/b" in svc.estimates.results
             # The panel hears of it: a workload event carrying the estimate.
-            assert any(e.get("type") == "workload" and e["workload"]["name"] == "b"
-                       and e["workload"]["estimatedStartAt"] is not None for e in events)
+            assert heard()
             if use_process:
                 worker["pid"] = svc.estimates._worker.pid
                 worker["proc"] = _worker_process(worker["pid"])
@@ -302,14 +312,22 @@ def test_the_range_learns_from_the_estimators_own_errors(make):
     svc.estimates.refresh_now()
     first = svc.get_workload("one", "b")
     rng = first["estimatedStartRange"]
-    # No past errors yet: the estimate ×/÷ 4 around the estimated wait (with its 60 s offset).
-    assert rng["early"] < first["estimatedStartAt"] < rng["late"]
+    # No past errors yet: the estimate ÷ 4 (with its 60 s offset) for the early bound; the late
+    # bound is not ×4 but what it waits for must end by: a's declared maximum (issue 35), which is
+    # also the point (no history: a is predicted to run its declared maximum).
+    a = svc.get_workload("one", "a")
+    assert rng["early"] < first["estimatedStartAt"] <= rng["late"]
+    assert rng["late"] == pytest.approx(a["admittedAt"] + a["maxRuntimeSeconds"], abs=2.0)
+    # a itself was estimated at its submission (to start at once) and started: one pair already.
+    svc.estimates.refresh_now()
+    before = svc.estimates.calibration.samples()
+    assert before == 1
     svc.cancel("one", "a", user="alice")
     wait(svc, lambda: svc.get_workload("one", "b")["state"] in ("Admitted", "Running"))
     svc.estimates.refresh_now()  # sees b started: the pair is queued for the worker
-    assert svc.estimates.calibration.samples() == 0
+    assert svc.estimates.calibration.samples() == before
     svc.estimates.refresh_now()  # the worker takes it
-    assert svc.estimates.calibration.samples() == 1
+    assert svc.estimates.calibration.samples() == before + 1
 
 
 def test_a_refresh_in_the_worker_process_estimates_every_pending_workload(make, tmp_path):
@@ -409,3 +427,26 @@ def test_forking_a_threaded_process_is_an_error_in_the_test_run(call):
                       "deadlocks in the child.", DeprecationWarning)
     with pytest.warns(DeprecationWarning):
         warnings.warn("something else is deprecated", DeprecationWarning)
+
+
+def test_an_estimate_time_has_overtaken_is_never_shown_in_the_past(make):
+    """An estimate older than now (a refresh that predicted a start which has passed) shows "now",
+    its range moved along, until the next refresh (issue 35)."""
+    svc = make()
+    submit(svc, "a", gpus=2, runtime=600)
+    wait(svc, lambda: svc.get_workload("one", "a")["state"] == "Running")
+    submit(svc, "b", gpus=2, runtime=300)
+    svc.tick()
+    svc.estimates.refresh_now()
+    view = svc.get_workload("one", "b")
+    real = svc.conf.clock
+    later = view["estimatedStartAt"] + 5.0  # past the estimate; a still runs (the clock is only read)
+    svc.conf.clock = lambda: later
+    try:
+        view = svc.get_workload("one", "b")
+    finally:
+        svc.conf.clock = real
+    assert view["state"] == "Pending"
+    assert view["estimatedStartAt"] >= later
+    rng = view["estimatedStartRange"]
+    assert later <= rng["early"] <= view["estimatedStartAt"] <= rng["late"]

@@ -1,4 +1,4 @@
-"""``jupyter gpuqueue bench submit | drain | panels | k8s``: the command line of the live benchmarks.
+"""``jupyter gpuqueue bench submit | drain | panels | eta | k8s``: the command line of the live benchmarks.
 
 Without ``--url`` each benchmark starts its own server (:class:`.server.BenchServer`: a real
 ``jupyter server`` with token auth, SQLite ledger, local backend) with the stream's cluster
@@ -23,7 +23,7 @@ def add_bench_parser(sub, server_parent) -> None:
 
     p = sub.add_parser(
         "bench",
-        help="benchmarks of the live service: submit, drain, panels (BENCHMARKS.md)",
+        help="benchmarks of the live service: submit, drain, panels, eta, k8s (BENCHMARKS.md)",
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -89,6 +89,19 @@ def add_bench_parser(sub, server_parent) -> None:
     b.add_argument("--borrowing", dest="borrowing", action="store_true", default=True)
     b.add_argument("--no-borrowing", dest="borrowing", action="store_false")
 
+    e = bsub.add_parser("eta", parents=[common], help="estimated start times on a live queue (issue 35)",
+                        description="A seeded stream of jobs (9 scripts at 20-90 %% of their declared "
+                        "maximum, bursty arrivals, a few high-priority jobs and cancels) on 8 GPUs shared "
+                        "by 3 teams in a cohort, through the REST API of a started server; the jobs really "
+                        "sleep. Coverage, error at submission and at half the wait, range coverage, each "
+                        "against the rate baseline, and the estimator's cost (bench/eta.py).")
+    e.add_argument("--n", type=positive_int, default=80, help="jobs (80)")
+    e.add_argument("--time-scale", type=float, default=1.0,
+                   help="run times ×this (1.0: declared maxima 8-36 s; the default run takes ~5 min)")
+    e.add_argument("--mean-gap", type=float, default=2.0, help="mean seconds between jobs (bursts) (2.0)")
+    e.add_argument("--poll-interval", type=float, default=1.0, help="seconds between reads of the pending list")
+    e.add_argument("--rate-blend", type=float, default=None,
+                   help="GpuQueueApp.estimate_rate_blend of the started server (default: its default)")
 
     k = bsub.add_parser("k8s", help="the Kubernetes backend against a real control plane",
                         description="N workloads run as batch/v1 Jobs on a real kube-apiserver, "
@@ -169,6 +182,24 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
         print(format_k8s(r), file=out)
         _write_json(args, r, out)
         return 0 if r["errorCount"] == 0 and r["succeeded"] == args.n else 1
+    if args.bench == "eta":
+        from . import stream as _stream
+        from .eta import cluster_yaml, format_eta, run_eta
+        from .server import BenchServer, ExternalServer
+
+        extra = _extra_config(args)
+        if args.rate_blend is not None:
+            extra["estimate_rate_blend"] = args.rate_blend
+        server = ExternalServer(args.url, args.token) if args.url else BenchServer(
+            config_yaml=cluster_yaml(), inventory_yaml=_stream.inventory_yaml(1, 8),
+            cycle_interval=args.cycle_interval, keep=args.keep, profile_path=args.profile, extra_config=extra)
+        with server:
+            r = run_eta(server, n=args.n, seed=args.seed, time_scale=args.time_scale, mean_gap=args.mean_gap,
+                        poll_interval=args.poll_interval, cycle_interval=args.cycle_interval)
+        r["rateBlend"] = args.rate_blend
+        print(format_eta(r), file=out)
+        _write_json(args, r, out)
+        return 0 if r["errorCount"] == 0 else 1
     capacity = args.nodes * args.gpus_per_node
     if args.bench == "submit":
         command = shlex.split(args.job_command) if args.job_command else None

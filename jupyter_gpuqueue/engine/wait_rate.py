@@ -27,17 +27,24 @@ RATE_BLEND = 0.2
 OFFSET_S = 60.0
 
 
-def rate_wait(position: int, admissions: Sequence[float], now: float, min_admissions: int = 1) -> Optional[float]:
+def rate_wait(position: int, admissions: Sequence[float], now: float, min_admissions: int = 1,
+              observed_since: Optional[float] = None) -> Optional[float]:
     """Seconds until a workload at 0-based ``position`` in its ClusterQueue is admitted, at the
     ClusterQueue's recent admission rate; ``admissions``: its admission times, ascending. The
     first window with at least ``min_admissions`` admissions answers (the replay: 1; the live
-    service: 5, a rate from one or two admissions says little). None when none has enough."""
+    service: 5, a rate from one or two admissions says little). None when none has enough.
+    ``observed_since``: admissions were only recorded from then on (a server's start): a window
+    counts over the part of it after that (at least 1 s), not its whole length — 5 admissions in a
+    server's first 5 minutes are a rate of one a minute, not 5 an hour (issue 35). None (the
+    replay): the whole window."""
     hi = bisect.bisect_left(admissions, now)  # admissions strictly before now
     for w in RATE_WINDOWS + (None,):
         lo = 0 if w is None else bisect.bisect_left(admissions, now - w)
         n = hi - lo
         if n >= max(1, min_admissions):
             span = w if w is not None else max(now - admissions[0], 1.0)
+            if observed_since is not None:
+                span = min(span, max(now - min(observed_since, admissions[lo]), 1.0))
             return (position + 1) / (n / span)
     return None
 

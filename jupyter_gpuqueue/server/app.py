@@ -272,6 +272,14 @@ class GpuQueueApp(ExtensionApp):
         recomputed after a change, debounced to this interval, and every 30 s regardless).""",
     ).tag(config=True)
 
+    estimate_rate_blend = Float(
+        0.2,
+        help="""Weight (0–1) of the ClusterQueue's admission rate (counted over the time the server
+        has observed, at most the last hour) in the estimated start time's blend with the forward
+        simulation (engine/wait_rate.py; 0: the simulation alone). BENCHMARKS.md, "Estimated start
+        times on a live queue", measures both.""",
+    ).tag(config=True)
+
     lease_priority_class = Unicode(
         "development",
         allow_none=True,
@@ -623,6 +631,9 @@ class GpuQueueApp(ExtensionApp):
                 raise ValidationError("must be > 0 seconds", "estimate_min_interval")
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)
             service.estimates.min_interval = float(self.estimate_min_interval)
+            if not 0.0 <= self.estimate_rate_blend <= 1.0:
+                raise ValidationError("must be between 0 and 1", "estimate_rate_blend")
+            service.estimates.rate_blend = float(self.estimate_rate_blend)
             service.teams.set_visibility(self.workload_visibility.lower())
             self._use_stored_config(service)
             service.idle.configure(dict(self.idle_policy), minimum_timeout=self.idle_timeout_minimum_seconds)
