@@ -356,7 +356,9 @@ def test_a_refresh_in_the_worker_process_estimates_every_pending_workload(make, 
                 submit(svc, n, runtime=300)
             for _ in range(300):
                 views = [svc.get_workload("one", n) for n in names]
-                if all(v["estimatedStartAt"] is not None for v in views):
+                # estimated at submission at once (issue 35): wait for the worker's refresh of all
+                if all(v["estimatedStartAt"] is not None for v in views) \
+                        and all(f"one/{n}" in est.results for n in names):
                     return views
                 await asyncio.sleep(0.05)
             raise AssertionError([v["estimateReason"] for v in views])

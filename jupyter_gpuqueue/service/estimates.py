@@ -266,12 +266,9 @@ class Estimates:
         self._observe(wl, finished - started)
 
     def _observe(self, wl: Workload, seconds: float) -> None:
-        """A run time for the model: queued for the worker (the next request carries it); where
-        the worker is a process, this process's own copy of the model learns it now too (the
-        estimates at submission, :meth:`quick_estimate`, run here, on the loop)."""
+        """A run time for the model: queued for the worker (the next request carries it, and this
+        process's copy of the model learns it then: :meth:`_request`)."""
         self._observations.append((wl, seconds))
-        if self._in_process():
-            self.model.observe(wl, seconds)
 
     # -- scheduling of refreshes ---------------------------------------------------------------------
     def changed(self) -> None:
@@ -536,7 +533,8 @@ class Estimates:
 
     # -- the worker process's side ------------------------------------------------------------------
     _WORKER_SETTINGS = ("simulate_all_below", "exact_per_queue", "faster_options_limit", "faster_options_seconds",
-                        "faster_options_min_wait", "rate_blend", "rate_min_admissions", "rows_per_chunk")
+                        "faster_options_min_wait", "rate_blend", "rate_min_admissions", "rows_per_chunk",
+                        "walk_below", "observed_since")
 
     def _request(self, job: dict) -> dict:
         """What the worker process gets for a refresh (on the loop; pickled on the estimates'
@@ -546,6 +544,12 @@ class Estimates:
         observations, calibration = list(obs), list(cal)
         obs.clear()
         cal.clear()
+        # This process keeps a copy of the model and the calibration, learning what the worker
+        # learns, for the estimates at submission (quick_estimate, on the loop).
+        for wl, seconds in observations:
+            self.model.observe(wl, seconds)
+        for item in calibration:
+            self.calibration.observe(*item)
         return {"job": job, "observations": observations, "calibration": calibration,
                 "settings": {name: getattr(self, name) for name in self._WORKER_SETTINGS}}
 
@@ -557,6 +561,7 @@ class Estimates:
         est.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())
         est.calibration = WaitCalibration()
         est._observations, est._cal_observations = deque(), deque()
+        est.observed_since = None  # the server's, with each request (_WORKER_SETTINGS)
         return est
 
     def configure_worker(self, settings: dict) -> None:
@@ -776,8 +781,6 @@ class Estimates:
             admitted = rec.get("admitted_at") if rec is not None else None
             if admitted is not None and admitted >= at:
                 self._cal_observations.append((cq, wait, admitted - at, admitted))
-                if self._in_process():  # this process's copy, for the estimates at submission
-                    self.calibration.observe(cq, wait, admitted - at, admitted)
 
     # -- the view's fields -----------------------------------------------------------------------------
     def fields(self, rec: dict) -> dict:
@@ -831,8 +834,8 @@ class Estimates:
         replaces it; None (and tried once only) when the queue is deeper than
         ``quick_max_pending``, when the loop has spent ``quick_loop_seconds`` on them in the last
         second, or when the run-time model belongs to the worker thread (where the worker is a
-        process, this process keeps its own copy of the model and the calibration, fed as the
-        worker's: :meth:`_observe`)."""
+        process, this process keeps its own copy of the model and the calibration, fed with what
+        each request sends the worker: :meth:`_request`)."""
         if key in self._quick_tried:
             return None
         sched = self.conf.scheduler
