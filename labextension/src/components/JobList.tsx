@@ -24,7 +24,7 @@ import {
   startWords,
   waitingForParts
 } from '../estimate';
-import { IWorkloadEntry, QueueModel } from '../model';
+import { IWorkloadEntry, LEASE_TIME_REACHED, QueueModel } from '../model';
 import { canOpenJobPage, openJobPage } from '../jobpage/opener';
 import { preemptionsOf } from '../jobpage/types';
 import { plainReason } from '../reasons';
@@ -416,7 +416,7 @@ function JobRow(props: {
         </div>
       )}
 
-      {finished && (w.state === 'Failed' || w.state === 'Cancelled') && (
+      {finished && (w.state === 'Failed' || w.state === 'Cancelled' || w.reason === LEASE_TIME_REACHED) && (
         <FinishedReason w={w} />
       )}
 
@@ -598,7 +598,7 @@ function FinishedReason(props: { w: IWorkload }): JSX.Element | null {
   const parts: string[] = [];
   for (const p of [
     w.exitCode != null && w.exitCode !== 0 ? `exit code ${w.exitCode}` : null,
-    w.reason,
+    w.reason === LEASE_TIME_REACHED ? null : w.reason, // its message says it in words
     w.message
   ]) {
     if (p && !parts.some(q => q.toLowerCase() === p.toLowerCase())) {
