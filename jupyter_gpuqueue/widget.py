@@ -283,8 +283,12 @@ def plain_reason(reason: Optional[str], message: Optional[str]) -> Optional[str]
 #: CSS of the widget's log: a flex column in reverse makes the scroll box start at its end, follow
 #: new output while it is there, and stay where the user scrolled to otherwise (scroll anchoring).
 LOG_CLASS = "jp-gpuqueue-widget-log"
+#: Its one child (JupyterLab's output area, itself ``overflow:auto``) must not shrink to the box: it
+#: would become the scroll box, starting at its top ("step 0-9" shown while the job printed "step
+#: 30", issue 34 item 5; tests/browser/test_widget_log.py).
 LOG_STYLE = (f"<style>.{LOG_CLASS}{{display:flex;flex-direction:column-reverse;overflow:auto;"
-             f"max-height:16em;background:var(--jp-layout-color2,#f7f7f7);font-size:85%}}</style>")
+             f"max-height:16em;background:var(--jp-layout-color2,#f7f7f7);font-size:85%}}"
+             f".{LOG_CLASS}>*{{flex:0 0 auto;overflow:visible}}</style>")
 LOG_RESET_CHARS = 200_000  # output appended beyond this: the view restarts from the tail
 
 
