@@ -76,10 +76,6 @@ async def test_the_widget_log_follows_its_end(jp_root_dir, started, lab_url, chr
             await expect(log).to_contain_text(f"step {STEPS - 1}", timeout=90000)
             await page.wait_for_timeout(500)
             seen = await page.evaluate(LAST_LINE_IN_VIEW)
-            print("DEBUG", await page.evaluate('''() => { const b = document.querySelector('.jp-gpuqueue-widget-log');
-              const out = []; for (let e = b; e && out.length < 6; e = e.firstElementChild) { const s = getComputedStyle(e);
-              out.push([e.className, s.display, s.flexDirection, s.overflow, s.maxHeight, s.height, e.scrollHeight, e.clientHeight]); }
-              out.push(b.parentElement.className, getComputedStyle(b.parentElement).overflow); return JSON.stringify(out); }'''))
             assert seen and seen["scrollable"], seen  # more lines than the box holds
             assert seen["last"] == f"step {STEPS - 1}" and seen["inView"], seen
             for theme, light in (("JupyterLab Light", True), ("JupyterLab Dark", False)):
