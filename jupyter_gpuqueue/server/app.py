@@ -251,6 +251,18 @@ class GpuQueueApp(ExtensionApp):
         left in JupyterLab; then it is released. 0: released at once.""",
     ).tag(config=True)
 
+    lease_extension_seconds = Float(
+        0.0,
+        help="""Seconds by which the owner of a running notebook GPU lease may extend its maximum
+        time (JupyterLab offers "Extend" in the warning before it; POST
+        workloads/{namespace}/{name}/extend). 0: leases are not extended.""",
+    ).tag(config=True)
+
+    lease_max_extensions = Int(
+        1,
+        help="""How many times one notebook lease may be extended (lease_extension_seconds).""",
+    ).tag(config=True)
+
     estimate_start_times = Bool(
         True,
         help="""Estimate when each pending workload starts (estimatedStartAt, estimatedStartRange,
@@ -561,6 +573,7 @@ class GpuQueueApp(ExtensionApp):
             if self.max_pending_per_user < 0:
                 raise ValidationError("must be ≥ 0 (0: no limit)", "max_pending_per_user")
             service.max_pending_per_user = self.max_pending_per_user
+            service.lease_extensions.configure(self.lease_extension_seconds, self.lease_max_extensions)
             if self.estimate_min_interval <= 0:
                 raise ValidationError("must be > 0 seconds", "estimate_min_interval")
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)

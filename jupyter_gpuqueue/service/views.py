@@ -100,6 +100,7 @@ class Views:
     mode = "standalone"
     estimates = None  # service/estimates.py's Estimates (QueueService sets it): the view's estimate fields
     idle = None  # service/idle.py's IdleReclaim (QueueService sets it): idleDeadline, idleKeepsLeft
+    lease_extensions = None  # service/lease_extension.py (QueueService sets it): leaseExtensionSeconds, …Left
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", inventory: "Inventory",
                  teams: "Teams", billing: "Billing", checks: "RequestChecks", *, delegated: bool,
@@ -449,6 +450,8 @@ class Views:
             "kind": spec.get("kind") or "Job",
             "evictionDeadline": (rec.get("run") or {}).get("evictionDeadline") if state == RUNNING else None,
             "notebookServer": spec.get("notebookServer"),
+            **(self.lease_extensions.fields(rec) if self.lease_extensions is not None
+               else {"leaseExtensionSeconds": None, "leaseExtensionsLeft": None}),
             **(self.idle.fields(rec) if self.idle is not None else {"idleDeadline": None, "idleKeepsLeft": None,
                                                                     "idleAction": None, "idleSince": None}),
             "command": spec["command"],
