@@ -29,6 +29,9 @@ interface ILeaseFields {
   idleKeepsLeft?: number | null;
   /** What an idle release does (or did) to the notebook server. */
   idleAction?: 'stop' | 'release' | null;
+  /** Where a hub admin allows extending a lease: by how many seconds, and how often still. */
+  leaseExtensionSeconds?: number | null;
+  leaseExtensionsLeft?: number | null;
   /** Since when the notebook counted as idle (seconds since the epoch). */
   idleSince?: number | null;
   /** The JupyterHub server the lease is for ("" the default server). */
@@ -326,6 +329,37 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
   };
   const warningText = (w: IWorkload, nowMs: number): string =>
     endsAtMaxTime(w) ? maxTimeWarningText(w, nowMs) : leaseWarningText(w, nowMs);
+  /** "Extend" in the maximum time's warning, where a hub admin allows it and extensions are left. */
+  const warningActions = (w: IWorkload) => {
+    const lease = w as IWorkload & ILeaseFields;
+    if (!endsAtMaxTime(w) || !lease.leaseExtensionSeconds || !(lease.leaseExtensionsLeft ?? 0)) {
+      return [];
+    }
+    const by = formatTimeLeft(lease.leaseExtensionSeconds);
+    return [
+      {
+        label: `Extend by ${by}`,
+        caption: `Extend the lease's maximum time by ${by}`,
+        displayType: 'accent' as const,
+        callback: () => {
+          client
+            .extendLease(w.namespace, w.name)
+            .then(() => {
+              // the event stream brings the longer lease: the warning goes, to come again before its new end
+              Notification.success(`Extended the GPU lease ${w.namespace}/${w.name} by ${by}.`, {
+                autoClose: 5000
+              });
+            })
+            .catch(reason => {
+              Notification.error(
+                `Could not extend the GPU lease ${w.namespace}/${w.name}: ${reason?.message ?? reason}`,
+                { autoClose: false }
+              );
+            });
+        }
+      }
+    ];
+  };
 
   /** The warned lease ended: the warning becomes the notice that it was released. */
   const release = (key: string, endedAt: number) => {
@@ -363,9 +397,12 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
         current.workload = w;
         window.clearTimeout(current.timer);
         current.timer = atDeadline(key, w);
-        Notification.update({ id: current.id, message: warningText(w, Date.now()) });
+        Notification.update({ id: current.id, message: warningText(w, Date.now()), actions: warningActions(w) });
       } else {
-        const id = Notification.warning(warningText(w, Date.now()), { autoClose: false });
+        const id = Notification.warning(warningText(w, Date.now()), {
+          autoClose: false,
+          actions: warningActions(w)
+        });
         open.set(key, { id, workload: w, timer: atDeadline(key, w) });
       }
     } else if (current && w.state !== 'Running') {

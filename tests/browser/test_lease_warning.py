@@ -27,11 +27,13 @@ from browserkit import api, sleeper, wait_for, wait_for_lab
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 GRACE = 10  # seconds between the warning and the release
+EXTENSION = 20  # seconds a lease may be extended by, once (the admin's setting)
 
 
 @pytest.fixture
 def gpuqueue_config(gpuqueue_config):
-    return {**gpuqueue_config, "lease_preemption_grace_seconds": GRACE}
+    return {**gpuqueue_config, "lease_preemption_grace_seconds": GRACE,
+            "lease_extension_seconds": EXTENSION, "lease_max_extensions": 1}
 
 
 async def test_lease_preemption_warning_shows_time_left_then_goes(jp_fetch, started, lab_url, chromium_launch_args):
@@ -294,6 +296,17 @@ async def test_a_lease_reaching_its_maximum_time_is_warned_then_ends_well(jp_fet
                 await page.screenshot(path=str(tmp_path / "lease-max-time-warning.png"))
                 assert time.time() < end - 1, "the lease ended before its warning was seen"
 
+                # Extend, as the admin allows (once, by EXTENSION s): the queue's lease is longer,
+                # the warning goes, and comes again before the new end, with no Extend left.
+                await toast.get_by_role("button", name=f"Extend by {EXTENSION} s").click()
+                w = await wait_for(jp_fetch, "team-a/nb-max",
+                                   lambda w: w["maxRuntimeSeconds"] == MAX_TIME + EXTENSION, timeout=10)
+                assert w["leaseExtensionsLeft"] == 0, w
+                end = w["startedAt"] + MAX_TIME + EXTENSION
+                await expect(toast).to_contain_text("reaches its maximum time in", timeout=int(MAX_TIME * 1000))
+                await expect(toast.get_by_role("button", name=re.compile("Extend"))).to_have_count(0)
+                assert time.time() < end - 1, "the lease ended before its second warning was seen"
+
                 # The hub stops the server at the maximum time: here, before it, so that no event
                 # can tell the panel; the card follows the end all the same.
                 hub["stopped"] = True
@@ -302,7 +315,7 @@ async def test_a_lease_reaching_its_maximum_time_is_warned_then_ends_well(jp_fet
                 await expect(card).to_have_attribute("data-state", "Succeeded",
                                                      timeout=int(max(0, end - time.time()) * 1000) + 10000)
                 assert time.time() >= end - 1  # not before its maximum time
-                await expect(card).to_contain_text("reached its maximum time (30 s)")
+                await expect(card).to_contain_text("reached its maximum time (50 s)")
                 await expect(card).not_to_contain_text("MaximumExecutionTimeExceeded")
                 await expect(toast).to_contain_text("reached its maximum time at", timeout=5000)
                 await expect(toast).not_to_contain_text("less than a second")
