@@ -151,6 +151,9 @@ export interface IEstimate {
   resource: string;
   quantity: number;
   maxRuntimeSeconds: number;
+  /** Every flavor it could land on (flavor "any"), and the range of their costs (USD). */
+  eligibleFlavors?: string[];
+  costRangeUsd?: [number, number] | null;
 }
 
 export interface ILocalQueueRef {

@@ -190,13 +190,20 @@ export function describeEstimate(e: IEstimate, prices: IPrices | null): string {
   const what = mig
     ? `${e.quantity} × ${mig} slice of ${e.flavor}`
     : `${e.quantity} × ${e.flavor}`;
-  let rate = pricePerGpuHour(prices, e.flavor);
-  if (rate === null) {
-    // Without the price list: the estimate's price per hour is for the whole request.
-    const hours = e.maxRuntimeSeconds / 3600;
-    rate = e.gpuHours > 0 ? (e.pricePerHourUsd * hours) / e.gpuHours : e.pricePerHourUsd;
-  }
-  return `≈ ${formatUsd(e.costUsd)} (${what} for ${formatDuration(e.maxRuntimeSeconds)} at ${formatUsd(rate)}/GPU-h)`;
+  // The rate the amount is computed with (a MIG slice is billed as its share of a GPU, whose
+  // price may not be its flavor's list price): amount ÷ GPU-hours, so label and amount agree.
+  const hours = e.maxRuntimeSeconds / 3600;
+  const rate =
+    e.gpuHours > 0
+      ? (e.pricePerHourUsd * hours) / e.gpuHours
+      : (pricePerGpuHour(prices, e.flavor) ?? e.pricePerHourUsd);
+  // flavor "any": the flavor the queue would pick now, and the range over those it could get
+  const range = e.costRangeUsd;
+  const span =
+    range && (e.eligibleFlavors?.length ?? 0) > 1 && range[1] - range[0] >= 0.005
+      ? `; ${formatUsd(range[0])}–${formatUsd(range[1])} by flavor`
+      : '';
+  return `≈ ${formatUsd(e.costUsd)} (${what} for ${formatDuration(e.maxRuntimeSeconds)} at ${formatUsd(rate)}/GPU-h${span})`;
 }
 
 export function isFinished(w: IWorkload): boolean {
