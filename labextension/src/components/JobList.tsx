@@ -290,6 +290,23 @@ function JobRow(props: {
     }
   }, [finished]);
   React.useEffect(() => () => dialogRef.current?.reject(), []);
+  // After a cancel the card's Cancel button goes (or is disabled): the focus stays on the card
+  // (its name), not dropped to <body>.
+  const cardRef = React.useRef<HTMLLIElement>(null);
+  const refocus = React.useRef(false);
+  React.useEffect(() => {
+    if (!refocus.current) {
+      return;
+    }
+    const active = document.activeElement;
+    if (!active || active === document.body) {
+      const card = cardRef.current;
+      (card?.querySelector<HTMLElement>('.jp-gpuqueue-job-open') ?? card)?.focus();
+    }
+    if (finished || !cancelling) {
+      refocus.current = false;
+    }
+  });
   const cancel = async () => {
     setEndedWhileAsking(null);
     if (w.state === 'Running') {
@@ -301,7 +318,8 @@ function JobRow(props: {
               buttons: [
                 Dialog.cancelButton({ label: 'Keep them' }),
                 Dialog.warnButton({ label: 'Release' })
-              ]
+              ],
+              defaultButton: 0 // Enter keeps it: the destructive button is never the default
             }
           : {
               title: 'Cancel running job?',
@@ -309,7 +327,8 @@ function JobRow(props: {
               buttons: [
                 Dialog.cancelButton({ label: 'Keep running' }),
                 Dialog.warnButton({ label: 'Cancel job' })
-              ]
+              ],
+              defaultButton: 0 // Enter keeps it: the destructive button is never the default
             }
       );
       dialogRef.current = dialog;
@@ -322,6 +341,7 @@ function JobRow(props: {
         return;
       }
     }
+    refocus.current = true;
     setCancelling(true);
     setError(null);
     try {
@@ -345,6 +365,8 @@ function JobRow(props: {
 
   return (
     <li
+      ref={cardRef}
+      tabIndex={-1}
       className={`jp-gpuqueue-job ${props.highlight ? 'jp-mod-highlight' : ''}`}
       data-gpuqueue-job={key}
       data-state={w.state}
