@@ -5,16 +5,29 @@
 - the "Cancel running job?" dialog does not stay open, stale, once the job has ended meanwhile:
   it closes, and the card says the job already ended;
 - issue 34 item 9, with the keyboard: the dialog's default button is the safe one, after a cancel
-  the focus stays on the card, "GPU Queue: Open panel" moves the focus into the panel.
+  the focus stays on the card, "GPU Queue: Open panel" moves the focus into the panel, the
+  selected segment ("Python file") shows its focus ring (3:1), light and dark.
 """
 
 from __future__ import annotations
 
 import pytest
-from browserkit import api, open_palette, sleeper, wait_for_state, wait_for_lab
+from browserkit import api, open_palette, sleeper, use_theme, wait_for_state, wait_for_lab
 
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+# A focused control's outline against its own background: WCAG's 3:1 for a focus indicator.
+RING_CONTRAST = """el => {
+  const parse = c => (c.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+                     return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+  const s = getComputedStyle(el);
+  const a = lum(parse(s.outlineColor)), b = lum(parse(s.backgroundColor));
+  return {focused: document.activeElement === el && el.matches(':focus-visible'), style: s.outlineStyle,
+          outline: s.outlineColor, background: s.backgroundColor,
+          ratio: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)};
+}"""
 
 
 async def test_plain_reason_and_no_stale_cancel_dialog(jp_fetch, started, lab_url, chromium_launch_args):
@@ -89,6 +102,24 @@ async def test_plain_reason_and_no_stale_cancel_dialog(jp_fetch, started, lab_ur
                 await palette.locator("input").fill("GPU Queue: Open panel")
                 await page.keyboard.press("Enter")
                 await expect(panel.locator(":focus")).to_have_count(1)
+                # The selected segment ("Python file") shows a focus ring when the keyboard reaches
+                # it: its outline differs from the segment's own colour by at least 3:1.
+                toggle = panel.locator('[data-section="submit"] .jp-gpuqueue-section-toggle')
+                if await toggle.get_attribute("aria-expanded") != "true":
+                    await toggle.click()
+                active = panel.locator('[data-section="submit"] .jp-gpuqueue-segmented button.jp-mod-active').first
+                await active.focus()
+                await page.keyboard.press("Shift+Tab")
+                await page.keyboard.press("Tab")
+                ring = await active.evaluate(RING_CONTRAST)
+                assert ring["focused"] and ring["style"] != "none" and ring["ratio"] >= 3, ring
+                await use_theme(page, "JupyterLab Dark", False)
+                await active.focus()
+                await page.keyboard.press("Shift+Tab")
+                await page.keyboard.press("Tab")
+                ring = await active.evaluate(RING_CONTRAST)
+                assert ring["focused"] and ring["style"] != "none" and ring["ratio"] >= 3, ("dark", ring)
+                await use_theme(page, "JupyterLab Light", True)
             finally:
                 await browser.close()
     finally:
