@@ -14,6 +14,7 @@ blocking ``job.wait()`` interrupt the kernel (the job keeps running) or call ``j
 
 from __future__ import annotations
 
+import decimal
 import html
 import re
 import threading
@@ -44,7 +45,11 @@ def _money(value: Any) -> str:
     v = float(value)
     if 0 < v < 0.005:
         return "< $0.01"
-    return f"${v:,.2f}"
+    # rounded as the panel's Intl.NumberFormat does: half away from zero on the float's shortest
+    # decimal form ($0.625 → $0.63, $1.005 → $1.01; Python's format rounds the binary value half
+    # to even: $0.62, issue 34 item 10)
+    cents = decimal.Decimal(repr(v)).quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_UP)
+    return f"${cents:,.2f}"
 
 
 # -- estimated start times, in the words of the panel (labextension/src/estimate.ts) -------------

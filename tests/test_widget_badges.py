@@ -37,3 +37,15 @@ def test_every_state_badge_meets_4_5_to_1(state):
     bg, fg = (_luminance(_rgb(c)) for c in m.groups())
     ratio = (max(bg, fg) + 0.05) / (min(bg, fg) + 0.05)
     assert ratio >= 4.5, f"{state}: {ratio:.2f}:1 for {m.group(2)} on {m.group(1)}"
+
+
+def test_money_is_rounded_as_the_panel_rounds_it():
+    """Issue 34 item 10: $0.625 is "$0.63" in the panel (Intl.NumberFormat: half away from zero on
+    the float's shortest decimal form) and was "$0.62" in the widget (Python rounds half to even)."""
+    from jupyter_gpuqueue.widget import _money
+
+    assert _money(0.625) == "$0.63"
+    assert _money(0.125) == "$0.13"
+    assert _money(1.005) == "$1.01"  # as Intl.NumberFormat (node: (1.005).toLocaleString(…) is "1.01")
+    assert _money(1234.5) == "$1,234.50"
+    assert _money(0.004) == "< $0.01" and _money(0) == "$0.00" and _money(None) == "-"
