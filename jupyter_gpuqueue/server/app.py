@@ -59,9 +59,8 @@ ENV_DB_URL = "GPUQUEUE_DB_URL"
 ENV_SERVICE_URL = "GPUQUEUE_SERVICE_URL"
 
 MODES = ("auto", "standalone", "hub-service", "hub-client")
-NO_TEAM_HINT = (
-    "ask a hub admin to add you to a JupyterHub group mapped to a LocalQueue "
-    "(c.GpuQueueApp.group_local_queues)"
+NO_TEAM_HINT = (  # a researcher's words: no configuration names (issue 34 item 10)
+    "ask a hub admin to add you to a team of the GPU queue (a hub group that has a queue)"
 )
 
 
