@@ -120,6 +120,14 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                     f"≈ ${h100 * 5 / 60:.2f} (1 × nvidia-h100 for 5 min at ${h100:.2f}/GPU-h)"
                 )
                 await expect(panel.locator(".jp-gpuqueue-estimate")).to_have_text(expected)
+                # Issue 34 item 10: a bad job name is refused in words, not with the schema's regex.
+                await panel.locator(".jp-gpuqueue-advanced > summary").click()
+                await panel.locator("#jp-gpuqueue-name").fill("Bad_Name")
+                await panel.locator("#jp-gpuqueue-submit").click()
+                name_error = panel.locator('.jp-gpuqueue-field-error[data-field="name"]')
+                await expect(name_error).to_contain_text("is not a valid name: use at most 63 lowercase letters")
+                await expect(name_error).not_to_contain_text("[a-z0-9]")
+                await panel.locator("#jp-gpuqueue-name").fill("")
                 await panel.locator("#jp-gpuqueue-submit").click()
 
                 # (3) pending behind team-b, position 1.
