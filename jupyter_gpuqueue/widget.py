@@ -14,6 +14,7 @@ blocking ``job.wait()`` interrupt the kernel (the job keeps running) or call ``j
 
 from __future__ import annotations
 
+import decimal
 import html
 import re
 import threading
@@ -24,13 +25,15 @@ from typing import Any, Callable, Optional
 from .errors import GpuQueueError
 
 TERMINAL_STATES = ("Succeeded", "Failed", "Cancelled")
+#: The state badges' backgrounds, under white text: each at least 4.5:1 (WCAG AA; issue 34 item 5,
+#: tests/test_widget_badges.py), in any theme (the badge brings its own background).
 _STATE_COLOURS = {
-    "Pending": "#b58900",
-    "Admitted": "#268bd2",
-    "Running": "#2aa198",
-    "Succeeded": "#3a8f3a",
+    "Pending": "#8a6800",
+    "Admitted": "#1d6fa5",
+    "Running": "#17776f",
+    "Succeeded": "#2e7d32",
     "Failed": "#c0392b",
-    "Cancelled": "#7f7f7f",
+    "Cancelled": "#666666",
 }
 
 
@@ -42,7 +45,11 @@ def _money(value: Any) -> str:
     v = float(value)
     if 0 < v < 0.005:
         return "< $0.01"
-    return f"${v:,.2f}"
+    # rounded as the panel's Intl.NumberFormat does: half away from zero on the float's shortest
+    # decimal form ($0.625 → $0.63, $1.005 → $1.01; Python's format rounds the binary value half
+    # to even: $0.62, issue 34 item 10)
+    cents = decimal.Decimal(repr(v)).quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_UP)
+    return f"${cents:,.2f}"
 
 
 # -- estimated start times, in the words of the panel (labextension/src/estimate.ts) -------------
@@ -281,8 +288,12 @@ def plain_reason(reason: Optional[str], message: Optional[str]) -> Optional[str]
 #: CSS of the widget's log: a flex column in reverse makes the scroll box start at its end, follow
 #: new output while it is there, and stay where the user scrolled to otherwise (scroll anchoring).
 LOG_CLASS = "jp-gpuqueue-widget-log"
+#: Its one child (JupyterLab's output area, itself ``overflow:auto``) must not shrink to the box: it
+#: would become the scroll box, starting at its top ("step 0-9" shown while the job printed "step
+#: 30", issue 34 item 5; tests/browser/test_widget_log.py).
 LOG_STYLE = (f"<style>.{LOG_CLASS}{{display:flex;flex-direction:column-reverse;overflow:auto;"
-             f"max-height:16em;background:var(--jp-layout-color2,#f7f7f7);font-size:85%}}</style>")
+             f"max-height:16em;background:var(--jp-layout-color2,#f7f7f7);font-size:85%}}"
+             f".{LOG_CLASS}>*{{flex:0 0 auto;overflow:visible}}</style>")
 LOG_RESET_CHARS = 200_000  # output appended beyond this: the view restarts from the tail
 
 

@@ -259,12 +259,38 @@ def test_lease_ends_at_its_maximum_lease_time(env):
     svc.submit(lease("short", maxRuntimeSeconds=1), user="alice")
     wait(svc, lambda: get(svc, "short")["state"] == "Running")
     started = get(svc, "short")["startedAt"]
-    wait(svc, lambda: get(svc, "short")["state"] == "Failed", timeout=10)
+    wait(svc, lambda: get(svc, "short")["state"] not in ("Running", "Admitted"), timeout=10)
     w = get(svc, "short")
-    assert w["reason"] == "MaximumExecutionTimeExceeded"
-    assert 1.0 <= w["finishedAt"] - started < 2.0  # no stop grace for a lease: no process to wait for
+    # Issue 34: a lease that ran its full time is no failure, and is billed up to its maximum
+    # time exactly, never past it (whenever the tick that sees it comes).
+    assert (w["state"], w["reason"]) == ("Succeeded", "MaxRuntimeReached"), w
+    assert w["message"] == "reached its maximum time (1 s)"
+    assert w["finishedAt"] == pytest.approx(started + 1.0, abs=1e-6)
     (iv,) = svc.ledger.intervals(w["uid"])
-    assert iv["end"] == pytest.approx(w["finishedAt"], abs=0.01)
+    assert iv["end"] == pytest.approx(started + 1.0, abs=1e-6)
+
+
+def test_preempted_lease_is_released_and_billed_no_later_than_its_maximum_time(env):
+    """Issue 34, item 2: a preemption's grace period that would outlast the lease's maximum time
+    ends at the maximum time: the warning's deadline says so, the GPU is given back then, the lease
+    is billed up to it (not to the grace period's end) and recorded as having reached it."""
+    svc = env(lease_preemption_grace_seconds=600.0)
+    svc.submit(lease("nb-a", gpus=2, maxRuntimeSeconds=3), user="alice")
+    wait(svc, lambda: get(svc, "nb-a")["state"] == "Running")
+    started = get(svc, "nb-a")["startedAt"]
+    svc.submit({"name": "urgent", "command": [PY, "-c", "print('urgent')"], "gpus": 1,
+                "priorityClass": "experiment-high"}, user="bob")
+    wait(svc, lambda: get(svc, "nb-a")["evictionDeadline"] is not None)
+    assert get(svc, "nb-a")["evictionDeadline"] == pytest.approx(started + 3.0, abs=1e-6)
+    wait(svc, lambda: get(svc, "urgent")["state"] in ("Running", "Succeeded"), timeout=15)
+    assert time.time() < started + 600  # the GPU went to the urgent job long before the grace period's end
+    done = get(svc, "nb-a")
+    assert (done["state"], done["reason"]) == ("Succeeded", "MaxRuntimeReached"), done
+    assert done["finishedAt"] == pytest.approx(started + 3.0, abs=1e-6)
+    (iv,) = svc.ledger.intervals(done["uid"])
+    assert iv["end"] == pytest.approx(started + 3.0, abs=1e-6)
+    assert iv["start"] >= started - 1e-6, (iv, done)
+    wait(svc, lambda: get(svc, "urgent")["state"] == "Succeeded")
 
 
 def test_lease_backend_holds_leases_and_delegates_processes(tmp_path):
@@ -312,3 +338,15 @@ def test_lease_end_is_the_earlier_of_the_preemption_deadline_and_the_maximum_lea
                       "evictionDeadline": 1300.0}) == 1300.0
     assert lease_end({"state": "Running", "startedAt": 1000.0, "maxRuntimeSeconds": 100,
                       "evictionDeadline": 1300.0}) == 1100.0
+
+
+def test_the_spawner_says_why_the_lease_ends():
+    """Issue 34, item 2: the reason the hub logs and acts on is the end that comes first."""
+    from jupyter_gpuqueue.hub.lease import lease_end_reason
+
+    assert lease_end_reason({"startedAt": 1000.0, "maxRuntimeSeconds": 240}) == "it reached its maximum time"
+    assert lease_end_reason({"startedAt": 1000.0, "maxRuntimeSeconds": 240,
+                             "evictionDeadline": 1240.0}) == "it reached its maximum time"
+    assert lease_end_reason({"startedAt": 1000.0, "maxRuntimeSeconds": 240,
+                             "evictionDeadline": 1100.0}) == "its preemption grace period is over"
+    assert lease_end_reason({"evictionDeadline": 1100.0}) == "its preemption grace period is over"

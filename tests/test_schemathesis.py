@@ -182,7 +182,10 @@ def fuzzed(tmp_path_factory):
     (bin_dir / "gpujob").write_text(GPUJOB)
     (bin_dir / "gpujob").chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP)
     setup = ServerSetup(base, (DEMO_DIR / "cluster.yaml").read_text(), Path(DEMO_INVENTORY_PATH).read_text(),
-                        cycle_interval=0.1)
+                        cycle_interval=0.1,
+                        # POST extend's 2xx: the running leases (IDLE_LEASES) may be extended
+                        extra_config="c.GpuQueueApp.lease_extension_seconds = 60\n"
+                                     "c.GpuQueueApp.lease_max_extensions = 100000\n")
     env = setup.env
     setup.env = lambda: {**env(), "PATH": str(bin_dir)}
     launcher = Launcher(zygote=False)
@@ -313,7 +316,8 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
         idle = [w for w in fz.workloads if w["name"] in IDLE_LEASES]
         if label.endswith("lift-budget-hold") and fz.held and rnd.random() < 0.9:
             pool = fz.held
-        elif (label.endswith("keep-gpu") or label.endswith("/activity")) and idle and rnd.random() < 0.9:
+        elif (label.endswith("keep-gpu") or label.endswith("/activity") or label.endswith("/extend")) \
+                and idle and rnd.random() < 0.9:
             pool = idle
         else:  # the held ones are kept for lift-budget-hold, the idle-warned leases for keep-gpu
             pool = ([w for w in fz.workloads if w not in fz.held and w not in idle] if rnd.random() < 0.9

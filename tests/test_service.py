@@ -263,7 +263,10 @@ def test_estimate_uses_the_flavor_price_and_max_runtime(env):
     assert e["costUsd"] == pytest.approx(2.0)
     assert e["gpuHours"] == pytest.approx(1.0)
     any_ = svc.estimate({"gpus": 1, "flavor": "any", "maxRuntime": "1h"}, user="alice")
-    assert any_["flavor"] == "gpu-b" and any_["costUsd"] == pytest.approx(4.0)  # the dearest it may land on
+    # issue 34 item 7: the flavor the queue would pick now (the ClusterQueue's first with free
+    # quota), not the dearest; and the range over every flavor it could land on
+    assert any_["flavor"] == "gpu-a" and any_["costUsd"] == pytest.approx(2.0), any_
+    assert any_["eligibleFlavors"] == ["gpu-a", "gpu-b"] and any_["costRangeUsd"] == [2.0, 4.0]
 
 
 def test_manifest_submission(env):

@@ -195,3 +195,13 @@ def test_the_event_stream_carries_what_each_client_sees(queue):
     finally:
         for c in clients.values():
             b.remove(c)
+
+
+def test_a_user_in_no_team_is_told_what_to_do_in_plain_words(svc):
+    """Issue 34 item 10: the refusal names no configuration setting (c.GpuQueueApp.…)."""
+    from jupyter_gpuqueue.errors import GpuQueueError
+
+    with pytest.raises(GpuQueueError) as e:
+        svc.submit({"name": "x", "command": SLEEP, "gpus": 1, "maxRuntime": "5m"}, user="zoe")
+    assert "not a member of any team" in e.value.message and "c.GpuQueueApp" not in e.value.message, e.value.message
+    assert "ask an admin to add you to a team" in e.value.message

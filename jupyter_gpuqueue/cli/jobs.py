@@ -353,10 +353,12 @@ def cmd_estimate(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> 
     if not est.get("flavor"):
         print(f"{what} for at most {runtime}: {hours}; no eligible flavor, no price", file=out)
     elif request.get("flavor") in (None, "", "any"):
-        # the queue picks the flavor: the price is that of the dearest it could land on
-        print(f"{what} on any flavor for at most {runtime}: {hours}, up to {money(est.get('costUsd'))} "
-              f"({money(est.get('pricePerHourUsd'))} per hour on {est['flavor']}, the dearest flavor "
-              f"it could get)", file=out)
+        # the queue picks the flavor: the one it would pick now, and the range over those it could get
+        low, high = est.get("costRangeUsd") or (est.get("costUsd"), est.get("costUsd"))
+        span = f"; {money(low)}–{money(high)} on the flavors it could get" if low != high else ""
+        print(f"{what} on any flavor for at most {runtime}: {hours}, {money(est.get('costUsd'))} on "
+              f"{est['flavor']} ({money(est.get('pricePerHourUsd'))} per hour), the flavor the queue would "
+              f"pick now{span}", file=out)
     else:
         print(f"{what} on {est['flavor']} for at most {runtime}: {hours}, {money(est.get('costUsd'))} "
               f"({money(est.get('pricePerHourUsd'))} per hour)", file=out)
@@ -521,7 +523,7 @@ def _add_estimate(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
         parents=[server, as_json],
         help="what a job would cost (nothing is submitted)",
         description="Estimate a job's cost: requested GPUs × --max-runtime × the flavor's price "
-        "per GPU-hour (the dearest eligible flavor when it is not chosen: an upper bound). No "
+        "per GPU-hour (of the flavor the queue would pick now when it is not chosen, with the range of the eligible flavors' costs). No "
         "script or command is needed; one given is ignored.",
         epilog="example:\n  jupyter gpuqueue estimate --gpus 2 --flavor nvidia-h100 --max-runtime 2h",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -285,7 +285,7 @@ async def watch_lease(lease: HubLease, interval: float, stopping: Callable[[], b
         end = lease_end(w)
         left = end - time.time() if end is not None else math.inf
         if left <= 0:
-            return "its preemption grace period is over" if w.get("evictionDeadline") else "its maximum lease time is over"
+            return lease_end_reason(w)
         await asyncio.sleep(min(interval, left))
     return None
 
@@ -314,6 +314,19 @@ def lease_end(workload: dict) -> Optional[float]:
     if workload.get("startedAt") and workload.get("maxRuntimeSeconds"):
         ends.append(float(workload["startedAt"]) + float(workload["maxRuntimeSeconds"]))
     return min(ends) if ends else None
+
+
+def lease_end_reason(workload: dict) -> str:
+    """Why a running lease ends at :func:`lease_end`, in words: "its preemption grace period is
+    over" when its ``evictionDeadline`` comes first, "it reached its maximum time" when
+    ``startedAt`` + ``maxRuntimeSeconds`` does (the queue caps a preemption's deadline at the
+    lease's maximum time: service/admission.py)."""
+    deadline = workload.get("evictionDeadline")
+    if workload.get("startedAt") and workload.get("maxRuntimeSeconds"):
+        maximum = float(workload["startedAt"]) + float(workload["maxRuntimeSeconds"])
+        if not deadline or maximum <= float(deadline) + 1e-6:
+            return "it reached its maximum time"
+    return "its preemption grace period is over" if deadline else "it reached its maximum time"
 
 
 def lease_environment(workload: dict) -> dict[str, str]:

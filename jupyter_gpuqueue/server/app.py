@@ -59,9 +59,8 @@ ENV_DB_URL = "GPUQUEUE_DB_URL"
 ENV_SERVICE_URL = "GPUQUEUE_SERVICE_URL"
 
 MODES = ("auto", "standalone", "hub-service", "hub-client")
-NO_TEAM_HINT = (
-    "ask a hub admin to add you to a JupyterHub group mapped to a LocalQueue "
-    "(c.GpuQueueApp.group_local_queues)"
+NO_TEAM_HINT = (  # a researcher's words: no configuration names (issue 34 item 10)
+    "ask a hub admin to add you to a team of the GPU queue (a hub group that has a queue)"
 )
 
 
@@ -256,6 +255,18 @@ class GpuQueueApp(ExtensionApp):
         help="""Seconds a notebook GPU lease (kind NotebookLease) chosen as a preemption victim
         keeps its GPUs after the warning: it carries evictionDeadline and the user sees the time
         left in JupyterLab; then it is released. 0: released at once.""",
+    ).tag(config=True)
+
+    lease_extension_seconds = Float(
+        0.0,
+        help="""Seconds by which the owner of a running notebook GPU lease may extend its maximum
+        time (JupyterLab offers "Extend" in the warning before it; POST
+        workloads/{namespace}/{name}/extend). 0: leases are not extended.""",
+    ).tag(config=True)
+
+    lease_max_extensions = Int(
+        1,
+        help="""How many times one notebook lease may be extended (lease_extension_seconds).""",
     ).tag(config=True)
 
     estimate_start_times = Bool(
@@ -627,6 +638,7 @@ class GpuQueueApp(ExtensionApp):
             if self.max_notebook_bytes <= 0:
                 raise ValidationError("must be > 0 bytes", "max_notebook_bytes")
             service.checks.notebooks.max_bytes = self.max_notebook_bytes
+            service.lease_extensions.configure(self.lease_extension_seconds, self.lease_max_extensions)
             if self.estimate_min_interval <= 0:
                 raise ValidationError("must be > 0 seconds", "estimate_min_interval")
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)

@@ -437,6 +437,18 @@ class LeaseActivityHandler(GpuQueueHandler):
         self.write_json(self.service.report_lease_activity(namespace, name, user=self.user, data=self.json_body()))
 
 
+class ExtendLeaseHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, namespace: str, name: str):
+        """Extend a running notebook lease's maximum time by ``c.GpuQueueApp.lease_extension_seconds``
+        (owner only: 403; 409 when not allowed, none left, not a running lease, or being
+        preempted; another team's: 404); answers the Workload with its new maxRuntimeSeconds."""
+        require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
+        self.write_json(self.service.extend_lease(namespace, name, user=self.user))
+
+
 class WorkloadLogsHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
@@ -535,6 +547,7 @@ default_handlers = [
     (rf"{API_PREFIX}/workloads/{_NAME}/timeline", WorkloadTimelineHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/keep-gpu", KeepGpuHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/activity", LeaseActivityHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}/extend", ExtendLeaseHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}", WorkloadHandler),
     (rf"{API_PREFIX}/estimate", EstimateHandler),
     (rf"{API_PREFIX}/queues", QueuesHandler),

@@ -96,6 +96,13 @@ def _field(path) -> str:
     return out or "body"
 
 
+#: What a field's ``pattern`` asks for, in words (the schema's regular expression is not shown).
+PLAIN_PATTERNS = {
+    "name": ("is not a valid name: use at most 63 lowercase letters, digits and '-', starting and "
+             "ending with a letter or digit (e.g. train-resnet-2)"),
+}
+
+
 def check_body(data: Any, schema_name: str, field_depth: int = 1) -> None:
     """Raise ValidationError (400) when ``data`` does not match ``components.schemas[schema_name]``
     of the served document: ``field`` is the request's field (the first ``field_depth`` parts of
@@ -111,5 +118,9 @@ def check_body(data: Any, schema_name: str, field_depth: int = 1) -> None:
         return
     message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
     path = list(error.absolute_path)
+    if error.validator == "pattern" and path and path[-1] in PLAIN_PATTERNS:
+        # a researcher's words, not the schema's regular expression (issue 34 item 10)
+        raise ValidationError(f"{_field(path)}: {error.instance!r} {PLAIN_PATTERNS[path[-1]]}",
+                              _field(path[:field_depth]))
     raise ValidationError(f"{_field(path)}: does not match the API's {schema_name} schema: {message}",
                           _field(path[:field_depth]) if path else "body")

@@ -21,7 +21,7 @@ from ..engine.preemption import HUMAN_REASONS
 from ..errors import Forbidden, GpuQueueError
 from ..ledger.failpoints import failpoint
 from .devices import device_environment
-from .states import ADMITTED, CANCELLED, FAILED, FINISHED_STATES, PENDING, RUNNING, is_lease
+from .states import ADMITTED, CANCELLED, FAILED, FINISHED_STATES, PENDING, RUNNING, SUCCEEDED, is_lease
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -32,6 +32,29 @@ if TYPE_CHECKING:
     from .live import LiveConfig, LiveState
     from .logs import Logs
     from .views import Views
+
+
+LEASE_TIME_REACHED = "MaxRuntimeReached"
+"""The ``reason`` of a notebook lease that ended at its maximum time (state Succeeded)."""
+
+
+def lease_max_end(rec: dict) -> Optional[float]:
+    """When a running notebook lease reaches its maximum time (seconds since the epoch):
+    ``started_at`` + ``spec.maxRuntimeSeconds``; None for other work or without either."""
+    if not is_lease(rec):
+        return None
+    limit = (rec.get("spec") or {}).get("maxRuntimeSeconds")
+    started = rec.get("started_at")
+    return float(started) + float(limit) if limit and started else None
+
+
+def format_seconds(seconds) -> str:
+    """``240`` → "4 min", ``90`` → "1 min 30 s", ``7200`` → "2 h"."""
+    s = int(round(float(seconds or 0)))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    parts = [f"{h} h" if h else "", f"{m} min" if m else "", f"{sec} s" if sec else ""]
+    return " ".join(p for p in parts if p) or "0 s"
 
 
 class Admission:
@@ -259,6 +282,10 @@ class Admission:
             return
         # A cluster backend reports Running itself once a Pod runs (see _observe).
         started_at = None if getattr(self.backend, "reports_running", False) and not is_lease(rec) else info.started_at
+        if is_lease(rec) and started_at is not None and rec.get("admitted_at"):
+            # A lease's time starts at its admission, when its billing does: its maximum time
+            # (startedAt + maxRuntimeSeconds) is then the most it is billed for.
+            started_at = min(float(started_at), float(rec["admitted_at"]))
         state = RUNNING if started_at is not None else ADMITTED
         if getattr(self.backend, "starts_async", False) and not is_lease(rec):
             # The backend starts it in a worker (Kubernetes: start_concurrency); the run is on
@@ -291,6 +318,9 @@ class Admission:
             # evictionDeadline (persisted in its run, so a restart keeps the same deadline).
             run = dict(rec.get("run") or {})
             deadline = run.get("evictionDeadline") or now + self.lease_preemption_grace_seconds
+            end = lease_max_end(rec)
+            if end is not None:
+                deadline = min(deadline, max(now, end))  # never held (nor billed) past its maximum time
             run["evictionDeadline"] = deadline
             run.setdefault("evictionReason", p.reason)
             run.setdefault("evictedBy", p.preemptor)
@@ -483,7 +513,14 @@ class Admission:
                 self.requeue_evicted(uid, when, stop_reason.split(":", 1)[1], rec.get("message") or message)
                 return
         reason = None
-        if stop_reason and stop_reason.startswith("Preempted:") and rec["state"] != CANCELLED:
+        max_end = lease_max_end(rec)
+        if max_end is not None and rec["state"] != CANCELLED and when >= max_end - 1e-6:
+            # A notebook lease that reached its maximum time ran its full time: Succeeded, billed
+            # up to that time exactly, never past it (the tick that sees it may come later).
+            when = min(when, max_end)
+            state, reason = SUCCEEDED, LEASE_TIME_REACHED
+            message = f"reached its maximum time ({format_seconds(rec['spec'].get('maxRuntimeSeconds'))})"
+        elif stop_reason and stop_reason.startswith("Preempted:") and rec["state"] != CANCELLED:
             # A preempted notebook lease ends (its server is stopped by the spawner), not requeued.
             state, reason, message = FAILED, "Preempted", rec.get("message") or message
         elif rec["state"] == CANCELLED:
@@ -526,7 +563,7 @@ class Admission:
                 continue
             limit = rec["spec"].get("maxRuntimeSeconds")
             started = rec.get("started_at")
-            if limit and started and now - started > limit:
+            if limit and started and now - started >= limit:
                 self.live.stopping[uid] = "MaximumExecutionTimeExceeded"
                 grace = 0.0 if is_lease(rec) else self.stop_grace_seconds  # a lease ends on time
                 self.backend.stop(uid, "exceeded maximum run time", grace)

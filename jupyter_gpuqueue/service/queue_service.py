@@ -56,6 +56,7 @@ from .recovery import Recovery
 from .states import FAILED, SUCCEEDED
 from .submissions import Submissions
 from .teams import Teams
+from .lease_extension import LeaseExtensions
 from .views import Views
 from .webhooks import Webhooks
 
@@ -162,6 +163,8 @@ class QueueService:
         # Idle notebook GPU reclaim (service/idle.py): off until a team's policy turns it on.
         self.idle = IdleReclaim(conf, live, ledger, backend, self.billing, self.costs, self.events, wake, self.log)
         self.views.idle = self.idle
+        self.lease_extensions = LeaseExtensions(live, ledger, self.events)  # off until configured
+        self.views.lease_extensions = self.lease_extensions
         self.admission.on_finished = self.estimates.observe_finished
         self.webhooks = Webhooks(self, self.log)  # teams' notifications POSTed to their URL (service/webhooks.py)
 
@@ -452,6 +455,10 @@ class QueueService:
     def report_lease_activity(self, namespace: str, name: str, *, user: str, data) -> dict:
         """:meth:`IdleReclaim.report`: a notebook server's own activity, for its lease."""
         return self.idle.report(namespace, name, user=user, data=data)
+
+    def extend_lease(self, namespace: str, name: str, *, user: str) -> dict:
+        """:meth:`LeaseExtensions.extend`, answering the lease's view."""
+        return self.views.view(self.lease_extensions.extend(namespace, name, user=user))
 
     # -- logs ----------------------------------------------------------------------------------------
     def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:

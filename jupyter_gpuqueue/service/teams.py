@@ -37,7 +37,7 @@ class Teams:
 
     groups_of: Optional[Callable[[str], Iterable[str]]] = None
 
-    no_team_hint = "ask an admin to give you a LocalQueue (c.GpuQueueApp.user_local_queues)"
+    no_team_hint = "ask an admin to add you to a team of the GPU queue"  # no configuration names
 
     def use_group_teams(
         self,

@@ -106,6 +106,7 @@ class Views:
     mode = "standalone"
     estimates = None  # service/estimates.py's Estimates (QueueService sets it): the view's estimate fields
     idle = None  # service/idle.py's IdleReclaim (QueueService sets it): idleDeadline, idleKeepsLeft
+    lease_extensions = None  # service/lease_extension.py (QueueService sets it): leaseExtensionSeconds, …Left
 
     def __init__(self, conf: "LiveConfig", live: "LiveState", ledger: "Ledger", inventory: "Inventory",
                  teams: "Teams", billing: "Billing", checks: "RequestChecks", *, delegated: bool,
@@ -192,25 +193,33 @@ class Views:
         wl = Workload(namespace=ns, name="estimate", queue_name=lq, pod_sets=[ps])
         self.checks.check_max_quota(wl, cq_name, "migProfile" if request.get("migProfile") else "gpus")
         resource, qty = next(iter(ps.requests.items()))
+        eligible = self.eligible_flavors(cq_name, ps, resource)
         flavor = self.likely_flavor(cq_name, ps, resource)
         per_hour = self.conf.prices.usd_per_hour(flavor, resource, qty) if flavor else 0.0
         gpu_eq = self.conf.prices.gpu_equivalent(resource, qty)
+        costs = [round(self.conf.prices.usd_per_hour(f, resource, qty) * max_runtime / 3600.0, 6) for f in eligible]
         return {
             "gpuHours": round(gpu_eq * max_runtime / 3600.0, 6),
             "costUsd": round(per_hour * max_runtime / 3600.0, 6),
             "pricePerHourUsd": round(per_hour, 6),
             "flavor": flavor,
+            # every flavor it could land on (flavor "any"): the range of their costs (issue 34 item 7)
+            "eligibleFlavors": eligible,
+            "costRangeUsd": [min(costs), max(costs)] if costs else None,
             "resource": resource,
             "quantity": qty,
             "maxRuntimeSeconds": max_runtime,
         }
 
-    def likely_flavor(self, cq_name: str, ps: PodSet, resource: str) -> Optional[str]:
+    def eligible_flavors(self, cq_name: str, ps: PodSet, resource: str) -> list[str]:
+        """The flavors of ClusterQueue ``cq_name`` that ``ps`` could ever land on, in the
+        ClusterQueue's order (its node selection and tolerations fit, and the quota it could
+        ever use holds it)."""
         cq = self.conf.config.cluster_queues.get(cq_name)
         resource, ps = self.billing.quota_resource(cq, ps, resource)  # through resources.transformations
         rg = cq.group_for(resource) if cq else None
         if rg is None:
-            return None
+            return []
         node = self.conf.scheduler.tree.cluster_queues[cq_name]
         eligible = []
         for fq in rg.flavors:
@@ -220,9 +229,24 @@ class Views:
             if node.potential_available((fq.name, resource)) < ps.requests[resource] * ps.count:
                 continue
             eligible.append(fq.name)
+        return eligible
+
+    def likely_flavor(self, cq_name: str, ps: PodSet, resource: str) -> Optional[str]:
+        """The flavor the queue would pick now, as Kueue's flavor assignment does: the first
+        eligible flavor, in the ClusterQueue's order, whose quota holds it now; when none does,
+        the first eligible one (it waits for it). None when none is eligible. (Not the dearest:
+        issue 34 item 7 — the preview priced an H100 for a job that ran on an A100.)"""
+        eligible = self.eligible_flavors(cq_name, ps, resource)
         if not eligible:
             return None
-        return max(eligible, key=lambda f: self.conf.prices.price(f))
+        cq = self.conf.config.cluster_queues.get(cq_name)
+        quota_resource, qps = self.billing.quota_resource(cq, ps, resource)
+        node = self.conf.scheduler.tree.cluster_queues[cq_name]
+        need = qps.requests[quota_resource] * qps.count
+        for f in eligible:
+            if node.available((f, quota_resource)) >= need:
+                return f
+        return eligible[0]
 
     def queues(self) -> dict:
         """ClusterQueues with usage per flavor and resource, and their pending workloads in order."""
@@ -456,6 +480,8 @@ class Views:
             "kind": spec.get("kind") or "Job",
             "evictionDeadline": (rec.get("run") or {}).get("evictionDeadline") if state == RUNNING else None,
             "notebookServer": spec.get("notebookServer"),
+            **(self.lease_extensions.fields(rec) if self.lease_extensions is not None
+               else {"leaseExtensionSeconds": None, "leaseExtensionsLeft": None}),
             **(self.idle.fields(rec) if self.idle is not None else {"idleDeadline": None, "idleKeepsLeft": None,
                                                                     "idleAction": None, "idleSince": None}),
             "notebook": self.notebooks.view(rec) if "notebook" in spec else None,

@@ -156,6 +156,9 @@ export interface IEstimate {
   resource: string;
   quantity: number;
   maxRuntimeSeconds: number;
+  /** Every flavor it could land on (flavor "any"), and the range of their costs (USD). */
+  eligibleFlavors?: string[];
+  costRangeUsd?: [number, number] | null;
 }
 
 export interface ILocalQueueRef {
@@ -504,6 +507,14 @@ export class GpuQueueClient {
   }
 
   /** Keep an idle-warned notebook lease's GPU (owner only): its idle clock restarts. */
+  /** Extend a running notebook lease's maximum time (where a hub admin allows it: `leaseExtensionSeconds`). */
+  extendLease(namespace: string, name: string): Promise<IWorkload> {
+    return this.request<IWorkload>(
+      `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/extend`,
+      { method: 'POST' }
+    );
+  }
+
   keepGpu(namespace: string, name: string): Promise<IWorkload> {
     return this.request<IWorkload>(
       `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/keep-gpu`,

@@ -29,6 +29,13 @@ export function shellSplit(line: string): string[] {
       } else {
         current += c;
       }
+    } else if (c === '$' && line[i + 1] === "'") {
+      // bash's ANSI-C quoting, $'…\n…': how a word with a line break is written on one line
+      // (cloneFormFields); the form's command field is an <input>, which drops line breaks
+      const [word, end] = ansiCWord(line, i + 2);
+      current += word;
+      i = end;
+      inWord = true;
     } else if (c === "'" || c === '"') {
       quote = c;
       inWord = true;
@@ -53,6 +60,39 @@ export function shellSplit(line: string): string[] {
     out.push(current);
   }
   return out;
+}
+
+const ANSI_C_ESCAPES: Record<string, string> = {
+  n: '\n', t: '\t', r: '\r', a: '\x07', b: '\b', e: '\x1b', E: '\x1b', f: '\f', v: '\v',
+  '\\': '\\', "'": "'", '"': '"', '?': '?'
+};
+
+/**
+ * The word of a `$'…'` quote whose text starts at `start`: its escapes (`\n`, `\t`, `\\`, `\'`,
+ * `\xHH`, …) as bash reads them; returns the word and the index of the closing quote. Throws
+ * an Error when it is not closed.
+ */
+function ansiCWord(line: string, start: number): [string, number] {
+  let word = '';
+  for (let i = start; i < line.length; i++) {
+    const c = line[i];
+    if (c === "'") {
+      return [word, i];
+    }
+    if (c !== '\\' || i + 1 >= line.length) {
+      word += c;
+      continue;
+    }
+    const e = line[++i];
+    const hex = e === 'x' ? /^[0-9A-Fa-f]{1,2}/.exec(line.slice(i + 1)) : null;
+    if (hex) {
+      word += String.fromCharCode(parseInt(hex[0], 16));
+      i += hex[0].length;
+    } else {
+      word += ANSI_C_ESCAPES[e] ?? `\\${e}`;
+    }
+  }
+  throw new Error("unterminated $' quote");
 }
 
 const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
@@ -150,13 +190,20 @@ export function describeEstimate(e: IEstimate, prices: IPrices | null): string {
   const what = mig
     ? `${e.quantity} × ${mig} slice of ${e.flavor}`
     : `${e.quantity} × ${e.flavor}`;
-  let rate = pricePerGpuHour(prices, e.flavor);
-  if (rate === null) {
-    // Without the price list: the estimate's price per hour is for the whole request.
-    const hours = e.maxRuntimeSeconds / 3600;
-    rate = e.gpuHours > 0 ? (e.pricePerHourUsd * hours) / e.gpuHours : e.pricePerHourUsd;
-  }
-  return `≈ ${formatUsd(e.costUsd)} (${what} for ${formatDuration(e.maxRuntimeSeconds)} at ${formatUsd(rate)}/GPU-h)`;
+  // The rate the amount is computed with (a MIG slice is billed as its share of a GPU, whose
+  // price may not be its flavor's list price): amount ÷ GPU-hours, so label and amount agree.
+  const hours = e.maxRuntimeSeconds / 3600;
+  const rate =
+    e.gpuHours > 0
+      ? (e.pricePerHourUsd * hours) / e.gpuHours
+      : (pricePerGpuHour(prices, e.flavor) ?? e.pricePerHourUsd);
+  // flavor "any": the flavor the queue would pick now, and the range over those it could get
+  const range = e.costRangeUsd;
+  const span =
+    range && (e.eligibleFlavors?.length ?? 0) > 1 && range[1] - range[0] >= 0.005
+      ? `; ${formatUsd(range[0])}–${formatUsd(range[1])} by flavor`
+      : '';
+  return `≈ ${formatUsd(e.costUsd)} (${what} for ${formatDuration(e.maxRuntimeSeconds)} at ${formatUsd(rate)}/GPU-h${span})`;
 }
 
 export function isFinished(w: IWorkload): boolean {

@@ -161,6 +161,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: args => (args.isPalette ? undefined : gpuQueueIcon),
       execute: () => {
         app.shell.activateById(PANEL_ID);
+        // the keyboard user lands in the panel: its first control takes the focus
+        window.requestAnimationFrame(() => {
+          const node = document.getElementById(PANEL_ID);
+          const first = node?.querySelector<HTMLElement>(
+            'button:not([disabled]), [href], input:not([disabled]), select:not([disabled]), [tabindex="0"]'
+          );
+          (first ?? node)?.focus();
+        });
       }
     });
 

@@ -19,7 +19,7 @@ import { Notification } from '@jupyterlab/apputils';
 import { PageConfig } from '@jupyterlab/coreutils';
 
 import { GpuQueueClient, IWorkload } from './api';
-import { QueueModel } from './model';
+import { leaseEnd, leaseMaxEnd, QueueModel } from './model';
 
 /** The lease fields of a Workload (docs/rest-api.md, Workload). */
 interface ILeaseFields {
@@ -29,6 +29,9 @@ interface ILeaseFields {
   idleKeepsLeft?: number | null;
   /** What an idle release does (or did) to the notebook server. */
   idleAction?: 'stop' | 'release' | null;
+  /** Where a hub admin allows extending a lease: by how many seconds, and how often still. */
+  leaseExtensionSeconds?: number | null;
+  leaseExtensionsLeft?: number | null;
   /** Since when the notebook counted as idle (seconds since the epoch). */
   idleSince?: number | null;
   /** The JupyterHub server the lease is for ("" the default server). */
@@ -67,6 +70,37 @@ export function leaseReleasedText(w: IWorkload, endedAt: number): string {
     `Your notebook's GPU lease ${w.namespace}/${w.name} was released at ${at}: ` +
     'higher-priority work needed the GPU. Its notebook server stops; start it again from the hub ' +
     'when GPUs are free.'
+  );
+}
+
+/** How long before a lease's maximum time its warning comes: 5 min, or half of a shorter lease (seconds). */
+export function maxTimeWarningSeconds(w: IWorkload): number {
+  return Math.min(300, (w.maxRuntimeSeconds ?? 0) / 2);
+}
+
+/** Whether the end that comes first is the lease's maximum time (not a preemption's deadline). */
+function endsAtMaxTime(w: IWorkload): boolean {
+  const maxEnd = leaseMaxEnd(w);
+  const deadline = (w as IWorkload & ILeaseFields).evictionDeadline;
+  return maxEnd !== null && (!deadline || maxEnd <= deadline);
+}
+
+/** The warning before a lease's maximum time. */
+export function maxTimeWarningText(w: IWorkload, nowMs: number): string {
+  const left = formatTimeLeft((leaseMaxEnd(w) ?? 0) - nowMs / 1000);
+  // JupyterLab shows a notification's first 140 characters: what happens and what to do first.
+  return (
+    `Your notebook's GPU lease reaches its maximum time in ${left}: save your work, the server ` +
+    `stops then. Lease ${w.namespace}/${w.name}.`
+  );
+}
+
+/** The notice once a lease reached its maximum time (at `endedAt`, seconds since the epoch). */
+export function maxTimeReachedText(w: IWorkload, endedAt: number): string {
+  const at = new Date(endedAt * 1000).toLocaleTimeString();
+  return (
+    `Your notebook's GPU lease ${w.namespace}/${w.name} reached its maximum time at ${at}: its ` +
+    'server stops. Start it again from the hub to use a GPU again.'
   );
 }
 
@@ -261,12 +295,70 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
   void discover();
   discoverTimer = window.setInterval(() => void discover(), DISCOVER_MS);
 
+  /** Leases whose maximum-time warning is still to come: a timer for its start. */
+  const later = new Map<string, number>();
   const isWarned = (w: IWorkload): boolean => {
     const lease = w as IWorkload & ILeaseFields;
     const mine = !model.info || w.owner === model.info.user;
-    return (
-      mine && lease.kind === LEASE_KIND && w.state === 'Running' && !!lease.evictionDeadline
+    if (!mine || lease.kind !== LEASE_KIND || w.state !== 'Running') {
+      return false;
+    }
+    if (lease.evictionDeadline) {
+      return true;
+    }
+    const maxEnd = leaseMaxEnd(w);
+    if (maxEnd === null) {
+      return false;
+    }
+    // the maximum time's warning: from `maxTimeWarningSeconds` before it (a timer wakes us then)
+    const key = `${w.namespace}/${w.name}`;
+    const from = (maxEnd - maxTimeWarningSeconds(w)) * 1000;
+    window.clearTimeout(later.get(key));
+    later.delete(key);
+    if (Date.now() >= from) {
+      return true;
+    }
+    later.set(
+      key,
+      window.setTimeout(() => {
+        later.delete(key);
+        check(w);
+      }, Math.min(from - Date.now() + 20, 2 ** 31 - 1))
     );
+    return false;
+  };
+  const warningText = (w: IWorkload, nowMs: number): string =>
+    endsAtMaxTime(w) ? maxTimeWarningText(w, nowMs) : leaseWarningText(w, nowMs);
+  /** "Extend" in the maximum time's warning, where a hub admin allows it and extensions are left. */
+  const warningActions = (w: IWorkload) => {
+    const lease = w as IWorkload & ILeaseFields;
+    if (!endsAtMaxTime(w) || !lease.leaseExtensionSeconds || !(lease.leaseExtensionsLeft ?? 0)) {
+      return [];
+    }
+    const by = formatTimeLeft(lease.leaseExtensionSeconds);
+    return [
+      {
+        label: `Extend by ${by}`,
+        caption: `Extend the lease's maximum time by ${by}`,
+        displayType: 'accent' as const,
+        callback: () => {
+          client
+            .extendLease(w.namespace, w.name)
+            .then(() => {
+              // the event stream brings the longer lease: the warning goes, to come again before its new end
+              Notification.success(`Extended the GPU lease ${w.namespace}/${w.name} by ${by}.`, {
+                autoClose: 5000
+              });
+            })
+            .catch(reason => {
+              Notification.error(
+                `Could not extend the GPU lease ${w.namespace}/${w.name}: ${reason?.message ?? reason}`,
+                { autoClose: false }
+              );
+            });
+        }
+      }
+    ];
   };
 
   /** The warned lease ended: the warning becomes the notice that it was released. */
@@ -281,14 +373,16 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
     Notification.update({
       id: current.id,
       type: 'info',
-      message: leaseReleasedText(current.workload, endedAt),
+      message: endsAtMaxTime(current.workload)
+        ? maxTimeReachedText(current.workload, endedAt)
+        : leaseReleasedText(current.workload, endedAt),
       autoClose: false
     });
   };
 
   /** Count down to the deadline itself, then say "released" even if no event comes. */
   const atDeadline = (key: string, w: IWorkload) => {
-    const deadline = (w as IWorkload & ILeaseFields).evictionDeadline ?? 0;
+    const deadline = leaseEnd(w) ?? 0;
     return window.setTimeout(
       () => release(key, deadline),
       Math.max(0, Math.min(deadline * 1000 - Date.now(), 2 ** 31 - 1))
@@ -303,9 +397,12 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
         current.workload = w;
         window.clearTimeout(current.timer);
         current.timer = atDeadline(key, w);
-        Notification.update({ id: current.id, message: leaseWarningText(w, Date.now()) });
+        Notification.update({ id: current.id, message: warningText(w, Date.now()), actions: warningActions(w) });
       } else {
-        const id = Notification.warning(leaseWarningText(w, Date.now()), { autoClose: false });
+        const id = Notification.warning(warningText(w, Date.now()), {
+          autoClose: false,
+          actions: warningActions(w)
+        });
         open.set(key, { id, workload: w, timer: atDeadline(key, w) });
       }
     } else if (current && w.state !== 'Running') {
@@ -333,12 +430,16 @@ export function watchLeaseEvictions(model: QueueModel, client: GpuQueueClient): 
   // Count down between events.
   const timer = window.setInterval(() => {
     for (const { id, workload } of open.values()) {
-      Notification.update({ id, message: leaseWarningText(workload, Date.now()) });
+      Notification.update({ id, message: warningText(workload, Date.now()) });
     }
   }, UPDATE_MS);
 
   return () => {
     stopIdle();
+    for (const timer of later.values()) {
+      window.clearTimeout(timer);
+    }
+    later.clear();
     window.clearInterval(timer);
     window.clearInterval(discoverTimer);
     model.workloadChanged.disconnect(onWorkload);

@@ -10,9 +10,10 @@
  * When the server answers as something other than the queue (ServerGoneError: under JupyterHub,
  * the user's server was stopped, e.g. at the end of its GPU lease, or the login expired) the
  * connection is `gone` and `loadError` says so in plain words; nothing of that answer is shown.
- * A notebook lease's card ends at its `evictionDeadline` even when no event can say so any more
- * (the server that would send it is the one that stops): `Failed`, reason `Preempted`, its clock
- * and cost stopped at the deadline, as the queue records it.
+ * A notebook lease's card ends at its `evictionDeadline` or its maximum time, whichever comes
+ * first, even when no event can say so any more (the server that would send it is the one that
+ * stops): `Failed`, reason `Preempted`, or `Succeeded`, reason `MaxRuntimeReached`; its clock and
+ * cost stopped then, as the queue records it.
  */
 import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
@@ -35,13 +36,52 @@ export type ConnectionState = 'connecting' | 'live' | 'offline' | 'gone';
 
 const LEASE_KIND = 'NotebookLease';
 
+/** The `reason` of a notebook lease that ended at its maximum time (it is Succeeded). */
+export const LEASE_TIME_REACHED = 'MaxRuntimeReached';
+
+/** When a running lease reaches its maximum time (`startedAt` + `maxRuntimeSeconds`, seconds since the epoch). */
+export function leaseMaxEnd(w: IWorkload): number | null {
+  return w.startedAt && w.maxRuntimeSeconds ? w.startedAt + w.maxRuntimeSeconds : null;
+}
+
+/** When a running lease ends: its `evictionDeadline` or its maximum time, whichever comes first. */
+export function leaseEnd(w: IWorkload): number | null {
+  const ends = [w.evictionDeadline ?? null, leaseMaxEnd(w)].filter((t): t is number => !!t);
+  return ends.length ? Math.min(...ends) : null;
+}
+
+/** "4 min", "1 min 30 s", "2 h" (as the queue's message says it). */
+function durationWords(seconds: number): string {
+  const s = Math.round(seconds);
+  const parts = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  const out = [parts[0] ? `${parts[0]} h` : '', parts[1] ? `${parts[1]} min` : '', parts[2] ? `${parts[2]} s` : ''];
+  return out.filter(p => p).join(' ') || '0 s';
+}
+
 /**
- * A running notebook lease past its `evictionDeadline`, as the queue records it at that moment:
- * Failed (reason Preempted), finished at the deadline, its cost up to the deadline.
+ * A running notebook lease past its end, as the queue records it at that moment: at its
+ * maximum time Succeeded (reason MaxRuntimeReached, "reached its maximum time"), at an earlier
+ * `evictionDeadline` Failed (reason Preempted); finished then, its cost up to then.
  */
 export function releasedLease(entry: IWorkloadEntry): IWorkload {
   const w = entry.workload;
-  const end = w.evictionDeadline ?? Date.now() / 1000;
+  const maxEnd = leaseMaxEnd(w);
+  const end = leaseEnd(w) ?? Date.now() / 1000;
+  if (maxEnd !== null && end >= maxEnd) {
+    const perSecond = (w.pricePerHourUsd ?? 0) / 3600;
+    return {
+      ...w,
+      state: 'Succeeded',
+      reason: LEASE_TIME_REACHED,
+      message: `reached its maximum time (${durationWords(w.maxRuntimeSeconds ?? 0)})`,
+      finishedAt: end,
+      costUsd: Math.max(
+        (w.costUsd ?? 0) + perSecond * Math.max(0, end - entry.receivedAt / 1000),
+        perSecond * Math.max(0, end - (w.startedAt ?? end))
+      ),
+      evictionDeadline: null
+    };
+  }
   const perSecond = (w.pricePerHourUsd ?? 0) / 3600;
   const cost = Math.max(
     (w.costUsd ?? 0) + perSecond * Math.max(0, end - entry.receivedAt / 1000),
@@ -287,10 +327,11 @@ export class QueueModel implements IDisposable {
     const ended: IWorkload[] = [];
     for (const [key, entry] of this._workloads) {
       const w = entry.workload;
-      if (w.kind !== LEASE_KIND || w.state !== 'Running' || !w.evictionDeadline) {
+      const end = w.kind === LEASE_KIND && w.state === 'Running' ? leaseEnd(w) : null;
+      if (end === null) {
         continue;
       }
-      const at = w.evictionDeadline * 1000;
+      const at = end * 1000;
       if (at <= now) {
         const done = releasedLease(entry);
         this._workloads.set(key, { workload: done, receivedAt: now });

@@ -16,7 +16,8 @@ import re
 import pytest
 
 from jupyter_gpuqueue.server.scopes import STANDALONE_ADMIN_KEY
-from browserkit import SCREENSHOT_DIR, api, open_panel, set_sidebar_width
+from browserkit import SCREENSHOT_DIR, api, open_panel, set_sidebar_width, use_theme
+from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -234,6 +235,16 @@ async def test_a_fractional_gpu_quota_is_refused_and_quota_above_the_hardware_is
             await page.evaluate("""() => document.querySelectorAll('#jp-gpuqueue-panel, #jp-gpuqueue-panel *')
                 .forEach(el => { el.scrollLeft = 0; })""")
             await page.screenshot(path=str(SCREENSHOT_DIR / "admin-audit-warning.png"))
+            # Issue 34 item 4: the warning is readable (4.5:1) in Quotas and in Audit, light and dark
+            for theme, light in (("JupyterLab Light", True), ("JupyterLab Dark", False)):
+                if not light:
+                    await use_theme(page, theme, light)
+                for tab, selector in (("audit", "[data-audit-warning]"), ("quotas", "[data-admin-warnings]")):
+                    await panel.locator(f'[data-admin-tab="{tab}"]').click()
+                    await panel.locator(selector).first.scroll_into_view_if_needed()
+                    check_text(await page.evaluate(AUDIT_TEXT, selector), f"{theme}, {tab}: quota above the hardware")
+                await page.screenshot(path=str(SCREENSHOT_DIR / f"admin-quota-warning-{'light' if light else 'dark'}.png"))
+            await use_theme(page, "JupyterLab Light", True)
             assert not page_errors, page_errors
             await context.close()
         finally:

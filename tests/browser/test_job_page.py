@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shlex
+import subprocess
 import sys
 
 import pynvml
@@ -295,13 +295,23 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                 submit = panel.locator('[data-section="submit"]')
                 await expect(submit.locator(".jp-gpuqueue-section-toggle")).to_have_attribute("aria-expanded", "true")
                 command = await submit.locator("#jp-gpuqueue-command").input_value()
-                # (the command field is one line: the -c program's line breaks do not survive it)
-                assert shlex.split(command)[:2] == victim["command"][:2] and "tick" in command, command
+                # Issue 34 item 3: the -c program's line breaks survive the one-line command field
+                # (as bash's $'…\n…'): bash reads the same argv back, and so does the form.
+                words = subprocess.run(["bash", "-c", f'for w in {command}; do printf "%s\\0" "$w"; done'],
+                                       capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
+                assert words == victim["command"], (command, words)
                 await expect(submit.locator("#jp-gpuqueue-gpus")).to_have_value("4")
                 # Collapsing the section keeps what it holds (issue 15 item 10).
                 await submit.locator(".jp-gpuqueue-section-toggle").click()
                 await submit.locator(".jp-gpuqueue-section-toggle").click()
                 assert await submit.locator("#jp-gpuqueue-command").input_value() == command
+                await submit.locator("#jp-gpuqueue-submit").click()
+                cloned_note = submit.locator(".jp-gpuqueue-submitted")
+                await expect(cloned_note).to_have_text(re.compile(r"^Submitted team-b/\S+$"))
+                cloned_key = (await cloned_note.text_content()).split()[-1]
+                created.append(cloned_key)
+                cloned = await api(jp_fetch, "workloads", *cloned_key.split("/"))
+                assert cloned["command"] == victim["command"], cloned["command"]
                 assert not page_errors, page_errors
             finally:
                 await browser.close()

@@ -22,16 +22,18 @@ import re
 import time
 
 import pytest
-from browserkit import api, sleeper, wait_for, wait_for_lab
+from browserkit import SCREENSHOT_DIR, api, sleeper, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
 GRACE = 10  # seconds between the warning and the release
+EXTENSION = 20  # seconds a lease may be extended by, once (the admin's setting)
 
 
 @pytest.fixture
 def gpuqueue_config(gpuqueue_config):
-    return {**gpuqueue_config, "lease_preemption_grace_seconds": GRACE}
+    return {**gpuqueue_config, "lease_preemption_grace_seconds": GRACE,
+            "lease_extension_seconds": EXTENSION, "lease_max_extensions": 1}
 
 
 async def test_lease_preemption_warning_shows_time_left_then_goes(jp_fetch, started, lab_url, chromium_launch_args):
@@ -212,6 +214,127 @@ async def test_the_hub_stops_the_server_at_the_lease_deadline(jp_fetch, started,
                 for leak in ("_xsrf", "xsrf", "hub-xsrf-secret-token", "<html", "<!DOCTYPE", "Sign in",
                              "JupyterHub server no longer running"):
                     assert leak.lower() not in shown.lower(), leak
+                assert not errors, errors
+            finally:
+                await browser.close()
+    finally:
+        for key in created:
+            try:
+                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+            except AssertionError:
+                pass
+
+
+MAX_TIME = 30  # seconds: the lease's maximum time (its warning comes MAX_TIME / 2 before it)
+
+
+async def test_a_lease_reaching_its_maximum_time_is_warned_then_ends_well(jp_fetch, started, lab_url,
+                                                                          chromium_launch_args, tmp_path):
+    """Issue 34, item 1: a warning before the lease's maximum time, with the time left; the hub
+    stops the server (the panel's server is gone), yet the card ends at the maximum time, as the
+    queue records it: Succeeded, "reached its maximum time", its cost stopped within its bound."""
+    from playwright.async_api import async_playwright, expect
+
+    created = []
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(**chromium_launch_args)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 800})
+                page.set_default_timeout(30000)
+                errors: list[str] = []
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                hub = {"stopped": False, "sockets": []}
+
+                async def events(ws):
+                    if hub["stopped"]:
+                        await ws.close()
+                        return
+                    ws.connect_to_server()
+                    hub["sockets"].append(ws)
+
+                await page.route_web_socket(re.compile(r".*/gpuqueue/api/events.*"), events)
+
+                async def api_route(route):
+                    if not hub["stopped"]:
+                        await route.continue_()
+                    else:
+                        await route.fulfill(status=424, content_type="application/json", body=json.dumps(
+                            {"message": "JupyterHub server no longer running at /user/alice/."}))
+
+                await page.route("**/gpuqueue/api/**", api_route)
+                await page.goto(lab_url)
+                await wait_for_lab(page)
+                tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
+                await tab.wait_for(timeout=60000)
+                panel = page.locator("#jp-gpuqueue-panel")
+                for _ in range(3):  # a restored panel may show while the tab is clicked: look again
+                    if await panel.is_visible():
+                        break
+                    await tab.click()
+                    await page.wait_for_timeout(1000)
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                for section in ("submit", "availability", "team"):
+                    toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
+                    if await toggle.get_attribute("aria-expanded") == "true":
+                        await toggle.click()
+
+                await api(jp_fetch, "workloads", method="POST", body={
+                    "kind": "NotebookLease", "name": "nb-max", "localQueue": "team-a/team-a-queue",
+                    "gpus": 1, "flavor": "nvidia-a100", "maxRuntimeSeconds": MAX_TIME})
+                created.append("team-a/nb-max")
+                w = await wait_for(jp_fetch, "team-a/nb-max", lambda w: w["state"] == "Running")
+                end = w["startedAt"] + MAX_TIME
+                card = panel.locator('[data-gpuqueue-job="team-a/nb-max"]')
+                await expect(card).to_have_attribute("data-state", "Running")
+                toast = page.locator(".Toastify__toast", has_text="Your notebook's GPU lease").filter(
+                    has_text="team-a/nb-max")
+                await expect(toast).to_contain_text("reaches its maximum time", timeout=int(MAX_TIME * 1000))
+                text = await toast.inner_text()
+                m = re.search(r"reaches its maximum time in (\d+) s", text)
+                assert m, text
+                assert 0 < int(m.group(1)) <= MAX_TIME / 2 and abs(int(m.group(1)) - (end - time.time())) < 6, text
+                assert "team-a/nb-max" in text and "save your work" in text
+                await page.wait_for_timeout(1000)  # the toast slides in
+                SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)  # the README's lease-max-time-warning.png
+                await page.screenshot(path=str(SCREENSHOT_DIR / "lease-max-time-warning.png"))
+                assert time.time() < end - 1, "the lease ended before its warning was seen"
+
+                # Extend, as the admin allows (once, by EXTENSION s): the queue's lease is longer,
+                # the warning goes, and comes again before the new end, with no Extend left.
+                await toast.get_by_role("button", name=f"Extend by {EXTENSION} s").click()
+                w = await wait_for(jp_fetch, "team-a/nb-max",
+                                   lambda w: w["maxRuntimeSeconds"] == MAX_TIME + EXTENSION, timeout=10)
+                assert w["leaseExtensionsLeft"] == 0, w
+                end = w["startedAt"] + MAX_TIME + EXTENSION
+                await expect(toast).to_contain_text("reaches its maximum time in", timeout=int(MAX_TIME * 1000))
+                await expect(toast.get_by_role("button", name=re.compile("Extend"))).to_have_count(0)
+                assert time.time() < end - 1, "the lease ended before its second warning was seen"
+
+                # The hub stops the server at the maximum time: here, before it, so that no event
+                # can tell the panel; the card follows the end all the same.
+                hub["stopped"] = True
+                for ws in hub["sockets"]:
+                    await ws.close()
+                await expect(card).to_have_attribute("data-state", "Succeeded",
+                                                     timeout=int(max(0, end - time.time()) * 1000) + 10000)
+                assert time.time() >= end - 1  # not before its maximum time
+                await expect(card).to_contain_text("reached its maximum time (50 s)")
+                await expect(card).not_to_contain_text("MaximumExecutionTimeExceeded")
+                await expect(toast).to_contain_text("reached its maximum time at", timeout=5000)
+                await expect(toast).not_to_contain_text("less than a second")
+                print("toasts:", await page.locator(".Toastify__toast").all_inner_texts())
+                cost = await card.locator(".jp-gpuqueue-cost").inner_text()
+                assert "so far" not in cost, cost
+                await page.wait_for_timeout(2000)
+                assert await card.locator(".jp-gpuqueue-cost").inner_text() == cost
+                await page.screenshot(path=str(tmp_path / "lease-max-time-ended.png"))
+                print("screenshots:", tmp_path)
+
+                # The queue records it alike: Succeeded, billed up to its maximum time exactly.
+                done = await wait_for(jp_fetch, "team-a/nb-max", lambda w: w["state"] != "Running", timeout=15)
+                assert (done["state"], done["reason"]) == ("Succeeded", "MaxRuntimeReached"), done
+                assert done["finishedAt"] == pytest.approx(end, abs=1e-3)
                 assert not errors, errors
             finally:
                 await browser.close()

@@ -99,6 +99,20 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                 await expect(gpus_error).to_be_visible()
                 await panel.locator("#jp-gpuqueue-gpus").fill("1")
                 await expect(gpus_error).to_have_count(0)
+                # Issue 34 item 7: flavor "any" is priced at the flavor the queue would pick now (not
+                # the dearest), with the range over the flavors it could land on; the rate shown is
+                # the one the amount is computed with.
+                await panel.locator("#jp-gpuqueue-flavor").select_option("any")
+                await panel.locator("#jp-gpuqueue-localqueue").select_option("team-a/team-a-queue")
+                await panel.locator("#jp-gpuqueue-maxruntime").fill("5m")
+                any_ = await api(jp_fetch, "estimate", method="POST", body={
+                    "gpus": 1, "flavor": "any", "localQueue": "team-a/team-a-queue", "maxRuntime": "5m"})
+                rates = {f: prices["flavors"].get(f, prices["default"]) for f in any_["eligibleFlavors"]}
+                assert len(rates) > 1 and rates[any_["flavor"]] < max(rates.values()), any_
+                low, high = any_["costRangeUsd"]
+                await expect(panel.locator(".jp-gpuqueue-estimate")).to_have_text(
+                    f"≈ ${any_['costUsd']:.2f} (1 × {any_['flavor']} for 5 min at ${any_['pricePerHourUsd']:.2f}/GPU-h; "
+                    f"${low:.2f}–${high:.2f} by flavor)")
                 await panel.locator("#jp-gpuqueue-flavor").select_option("nvidia-h100")
                 await panel.locator("#jp-gpuqueue-localqueue").select_option("team-a/team-a-queue")
                 await panel.locator("#jp-gpuqueue-maxruntime").fill("5m")
@@ -106,6 +120,14 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                     f"≈ ${h100 * 5 / 60:.2f} (1 × nvidia-h100 for 5 min at ${h100:.2f}/GPU-h)"
                 )
                 await expect(panel.locator(".jp-gpuqueue-estimate")).to_have_text(expected)
+                # Issue 34 item 10: a bad job name is refused in words, not with the schema's regex.
+                await panel.locator(".jp-gpuqueue-advanced > summary").click()
+                await panel.locator("#jp-gpuqueue-name").fill("Bad_Name")
+                await panel.locator("#jp-gpuqueue-submit").click()
+                name_error = panel.locator('.jp-gpuqueue-field-error[data-field="name"]')
+                await expect(name_error).to_contain_text("is not a valid name: use at most 63 lowercase letters")
+                await expect(name_error).not_to_contain_text("[a-z0-9]")
+                await panel.locator("#jp-gpuqueue-name").fill("")
                 await panel.locator("#jp-gpuqueue-submit").click()
 
                 # (3) pending behind team-b, position 1.

@@ -24,7 +24,7 @@ import {
   startWords,
   waitingForParts
 } from '../estimate';
-import { IWorkloadEntry, QueueModel } from '../model';
+import { IWorkloadEntry, LEASE_TIME_REACHED, QueueModel } from '../model';
 import { canOpenJobPage, openJobPage } from '../jobpage/opener';
 import { preemptionsOf } from '../jobpage/types';
 import { plainReason } from '../reasons';
@@ -291,6 +291,23 @@ function JobRow(props: {
     }
   }, [finished]);
   React.useEffect(() => () => dialogRef.current?.reject(), []);
+  // After a cancel the card's Cancel button goes (or is disabled): the focus stays on the card
+  // (its name), not dropped to <body>.
+  const cardRef = React.useRef<HTMLLIElement>(null);
+  const refocus = React.useRef(false);
+  React.useEffect(() => {
+    if (!refocus.current) {
+      return;
+    }
+    const active = document.activeElement;
+    if (!active || active === document.body) {
+      const card = cardRef.current;
+      (card?.querySelector<HTMLElement>('.jp-gpuqueue-job-open') ?? card)?.focus();
+    }
+    if (finished || !cancelling) {
+      refocus.current = false;
+    }
+  });
   const cancel = async () => {
     setEndedWhileAsking(null);
     if (w.state === 'Running') {
@@ -302,7 +319,8 @@ function JobRow(props: {
               buttons: [
                 Dialog.cancelButton({ label: 'Keep them' }),
                 Dialog.warnButton({ label: 'Release' })
-              ]
+              ],
+              defaultButton: 0 // Enter keeps it: the destructive button is never the default
             }
           : {
               title: 'Cancel running job?',
@@ -310,7 +328,8 @@ function JobRow(props: {
               buttons: [
                 Dialog.cancelButton({ label: 'Keep running' }),
                 Dialog.warnButton({ label: 'Cancel job' })
-              ]
+              ],
+              defaultButton: 0 // Enter keeps it: the destructive button is never the default
             }
       );
       dialogRef.current = dialog;
@@ -323,6 +342,7 @@ function JobRow(props: {
         return;
       }
     }
+    refocus.current = true;
     setCancelling(true);
     setError(null);
     try {
@@ -346,6 +366,8 @@ function JobRow(props: {
 
   return (
     <li
+      ref={cardRef}
+      tabIndex={-1}
       className={`jp-gpuqueue-job ${props.highlight ? 'jp-mod-highlight' : ''}`}
       data-gpuqueue-job={key}
       data-state={w.state}
@@ -417,7 +439,7 @@ function JobRow(props: {
         </div>
       )}
 
-      {finished && (w.state === 'Failed' || w.state === 'Cancelled') && (
+      {finished && (w.state === 'Failed' || w.state === 'Cancelled' || w.reason === LEASE_TIME_REACHED) && (
         <FinishedReason w={w} />
       )}
 
@@ -600,7 +622,7 @@ function FinishedReason(props: { w: IWorkload }): JSX.Element | null {
   const parts: string[] = [];
   for (const p of [
     w.exitCode != null && w.exitCode !== 0 ? `exit code ${w.exitCode}` : null,
-    w.reason,
+    w.reason === LEASE_TIME_REACHED ? null : w.reason, // its message says it in words
     w.message
   ]) {
     if (p && !parts.some(q => q.toLowerCase() === p.toLowerCase())) {

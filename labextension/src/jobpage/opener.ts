@@ -97,6 +97,15 @@ export interface ICloneFormFields {
 
 /** Quote one argv word as a POSIX shell would read it back (format.ts's shellSplit). */
 export function shellQuote(word: string): string {
+  if (/[\x00-\x1f\x7f]/.test(word)) {
+    // a line break (a `python -c` program) or another control character: bash's $'…', which
+    // keeps it on the form's one-line command field and which shellSplit (format.ts) reads back
+    const escaped = word.replace(/[\\'\x00-\x1f\x7f]/g, c =>
+      c === '\n' ? '\\n' : c === '\t' ? '\\t' : c === '\\' || c === "'" ? `\\${c}`
+        : `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`
+    );
+    return `$'${escaped}'`;
+  }
   return word !== '' && /^[A-Za-z0-9_@%+=:,./-]+$/.test(word)
     ? word
     : `'${word.replace(/'/g, `'"'"'`)}'`;

@@ -309,4 +309,4 @@ async def test_the_pod_is_deleted_when_the_lease_time_is_over(
     assert await polled_stopped(sp)  # the hub's next poll: the server is gone
     lease = await until(lambda: (lambda v: v if v["state"] != "Running" else None)(
         gpuqueue_service.get_workload(w["namespace"], w["name"])), 15, "the queue ends the lease")
-    assert lease["reason"] == "MaximumExecutionTimeExceeded", lease
+    assert (lease["state"], lease["reason"]) == ("Succeeded", "MaxRuntimeReached"), lease
