@@ -6,8 +6,12 @@ fuzzes with one caller holding every scope; this file is apart so that pytest-xd
 from __future__ import annotations
 
 import os
+import pwd
 import random
-import stat
+import secrets
+import shutil
+import subprocess
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -85,17 +89,32 @@ def callers(tmp_path_factory):
     from jupyter_gpuqueue.service import DEMO_DIR
 
     base = tmp_path_factory.mktemp("callers")
-    bin_dir = base / "bin"
+    # The jobs' program, in a folder every account can reach (a hub service that runs as root runs
+    # jobs as their owners' accounts, always: here the callers' jobs run as one made for the test).
+    jobs_dir = Path(tempfile.mkdtemp(prefix="gq-callers-", dir="/tmp"))
+    os.chmod(jobs_dir, 0o755)
+    bin_dir = jobs_dir / "bin"
     bin_dir.mkdir()
     (bin_dir / "gpujob").write_text(GPUJOB)
-    (bin_dir / "gpujob").chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP)
+    (bin_dir / "gpujob").chmod(0o755)
     extra = """
 c.ServerApp.identity_provider_class = "hubusers.TokenUsersIdentityProvider"
 c.GpuQueueApp.mode = "hub-service"
 c.GpuQueueApp.group_local_queues = {"team-a": ["team-a/team-a-queue"], "team-b": ["team-b/team-b-queue"]}
 c.GpuQueueApp.submit_rate_limit = "4/h"
-c.GpuQueueApp.run_jobs_as_owner = False  # jobs run as the server's user (no OS accounts here)
 """
+    account = None
+    if os.geteuid() == 0:
+        account = "gqc-" + secrets.token_hex(4)
+        home = jobs_dir / "home"
+        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", str(home),
+                        "--shell", "/usr/sbin/nologin", account], check=True, capture_output=True)
+        home.mkdir()
+        pw = pwd.getpwnam(account)
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+        names = sorted({"alice", *(u["name"] for u in CALLERS.values() if u)})
+        extra += f"c.GpuQueueApp.os_account_map = {{u: {account!r} for u in {names!r}}}\n"
+        extra += f"c.GpuQueueApp.owner_job_path = {str(bin_dir) + ':/usr/local/bin:/usr/bin:/bin'!r}\n"
     setup = ServerSetup(base, (DEMO_DIR / "cluster.yaml").read_text(), Path(DEMO_INVENTORY_PATH).read_text(),
                         cycle_interval=0.1, extra_config=extra)
     tokens = {role: f"{role}-{setup.token}" for role in CALLERS if CALLERS[role]}
@@ -123,6 +142,16 @@ c.GpuQueueApp.run_jobs_as_owner = False  # jobs run as the server's user (no OS 
             srv.request("DELETE", f"workloads/{w['namespace']}/{w['name']}")
         srv.stop()
         launcher.close()
+        if account is not None:
+            uid = pwd.getpwnam(account).pw_uid
+            for entry in os.listdir("/proc"):  # what is left of its jobs: only this account's
+                try:
+                    if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                        os.kill(int(entry), 9)
+                except OSError:
+                    pass
+            subprocess.run(["userdel", account], capture_output=True)
+        shutil.rmtree(jobs_dir, ignore_errors=True)
 
 
 def on_alices(case, fz: Fuzzed, rnd: random.Random) -> None:
