@@ -218,8 +218,8 @@ def notice(signum, frame):
     with open(os.environ["GPUQUEUE_PREEMPTION_NOTICE_FILE"]) as f:
         n = json.load(f)
     print("notice", signal.Signals(signum).name, n["reason"], round(n["deadline"] - time.time()), time.time(), flush=True)
-def term(signum, frame):
-    print("term", time.time(), flush=True)
+def term(signum, frame):  # one write: a second SIGTERM (the group's and the wrapper's) cannot split it
+    os.write(1, ("term %r\n" % time.time()).encode())
     sys.exit(0)
 signal.signal(signal.SIGUSR1, notice)
 signal.signal(signal.SIGTERM, term)

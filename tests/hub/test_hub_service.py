@@ -82,7 +82,7 @@ def test_a_user_in_no_team_is_told_the_fix(hub):
     assert r.status_code == 403, r.text
     err = r.json()
     assert err["reason"] == "Forbidden" and err["field"] == "localQueue"
-    assert "ask a hub admin to add you to a JupyterHub group mapped to a LocalQueue" in err["message"]
+    assert "ask a hub admin to add you to a team of the GPU queue" in err["message"]
 
 
 def test_submit_scope_is_enforced(hub):
