@@ -401,7 +401,11 @@ def test_named_servers_hold_a_lease_each_and_release_only_their_own(ihub):
         w1 = _wait(lambda: (lambda r: r.json() if r.status_code == 200 and r.json()["state"] != "Running" else None)(
             ihub.queue("GET", f"workloads/team-a/{again['exp1']['name']}", alice)), 60,
             "the lease of the server stopped while the queue was down was not released", ihub)
-        assert w1["state"] == "Succeeded" and "no longer running" in w1["message"], w1
+        # Released by the restarted service's reconcile ("no longer running"), or, where the hub
+        # restarted the service before the spawner's release was sent (a quiet machine), by that
+        # release: either way exp1's lease is given back and exp2's is kept.
+        assert (w1["state"] == "Succeeded" and "no longer running" in w1["message"]) \
+            or w1["state"] == "Cancelled", w1
         assert ihub.queue("GET", f"workloads/team-a/{again['exp2']['name']}", alice).json()["state"] == "Running"
         assert ihub.request("GET", "user/alice/exp2/api/status", alice).status_code == 200
     finally:
