@@ -42,6 +42,8 @@ import time
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
+from .background import BackgroundLoop
+
 ENV_ACTIVITY_INTERVAL = "GPUQUEUE_ACTIVITY_INTERVAL"
 EXECUTE_REQUEST = "execute_request"
 _STOP_STATUSES = (403, 404, 409)
@@ -250,7 +252,7 @@ class ServerActivity:
         self.kernels.close()
 
 
-class ActivityReporter:
+class ActivityReporter(BackgroundLoop):
     """Reports :class:`ServerActivity` for ``lease`` (``"namespace/name"``) through ``forwarder``
     (the hub-client Forwarder: service URL and the server's token) every ``interval`` seconds and
     when a kernel starts executing; looks for new kernels and terminals every ``scan_interval``."""
@@ -312,24 +314,10 @@ class ActivityReporter:
             except asyncio.TimeoutError:
                 pass
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run_logged())
+    # a failure is logged; the queue then finds the reports stale, and reclaims nothing
+    failure_message = "jupyter_gpuqueue: reporting this server's activity failed"
 
-    async def _run_logged(self) -> None:
-        try:
-            await self.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # pragma: no cover - logged; the queue then falls back to stale = no reclaim
-            self.log.exception("jupyter_gpuqueue: reporting this server's activity failed")
-        finally:
-            self.activity.close()
-
-    def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+    def _ended(self) -> None:
         self.activity.close()
 
 

@@ -48,6 +48,8 @@ import time
 from typing import Any, MutableMapping, Optional
 from urllib.parse import quote
 
+from .background import BackgroundLoop
+
 ENV_LEASE = "GPUQUEUE_LEASE"
 ENV_LEASE_RELEASED = "GPUQUEUE_LEASE_RELEASED"
 ENV_WATCH_INTERVAL = "GPUQUEUE_LEASE_WATCH_INTERVAL"
@@ -56,7 +58,7 @@ NO_DEVICES = {"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "void"}
 ENDED = ("Succeeded", "Failed", "Cancelled")
 
 
-class ServerLeaseWatch:
+class ServerLeaseWatch(BackgroundLoop):
     """Watch this server's lease; once it ends, hide the devices and shut down the kernels.
 
     ``forwarder``: the hub-client Forwarder (service URL and the server's token); ``lease``:
@@ -128,22 +130,7 @@ class ServerLeaseWatch:
         self.environ.pop(ENV_LEASE, None)
         self.environ[ENV_LEASE_RELEASED] = self.lease
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run_logged())
-
-    async def _run_logged(self) -> None:
-        try:
-            await self.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # pragma: no cover - logged; the server goes on as it is
-            self.log.exception("jupyter_gpuqueue: watching this server's GPU lease failed")
-
-    def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+    failure_message = "jupyter_gpuqueue: watching this server's GPU lease failed"
 
 
 async def _maybe_await(value: Any) -> Any:
