@@ -590,11 +590,15 @@ def prices_from_request(config: model.ClusterConfig, body: Any) -> Prices:
 def prices_view(config: model.ClusterConfig, prices: Prices) -> dict:
     """The price list plus the effective USD per GPU-hour of every ResourceFlavor:
     ``{"currency", "flavors", "default", "migSlicesPerGpu", "effective": [{"flavor",
-    "usdPerGpuHour", "source": "listed" | "base flavor" | "default"}]}``."""
+    "usdPerGpuHour", "source": "listed" | "base flavor" | "family" | "default", "model"?}]}``;
+    ``model`` ("H100") where the flavor is priced as the GPU family its nodeLabels name."""
     out = prices.to_json()
     effective = []
     for flavor in sorted(config.resource_flavors):
-        effective.append({"flavor": flavor, "usdPerGpuHour": prices.price(flavor), "source": prices.source(flavor)})
+        row = {"flavor": flavor, "usdPerGpuHour": prices.price(flavor), "source": prices.source(flavor)}
+        if row["source"] == "family":
+            row["model"] = prices.family_model(flavor)
+        effective.append(row)
     out["effective"] = effective
     return out
 

@@ -124,6 +124,29 @@ def family_of(product: str, memory_mib: Optional[int] = None) -> Optional[GpuFam
     return None
 
 
+#: Node labels that name a node's GPU product: GPU Feature Discovery's (with ``nvidia.com/gpu.memory``,
+#: MiB) and GKE's accelerator label ("nvidia-h100-80gb", "nvidia-tesla-a100").
+PRODUCT_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator")
+MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+
+def family_of_node_labels(labels: dict) -> Optional[GpuFamily]:
+    """The :class:`GpuFamily` named by a ResourceFlavor's (or a Node's) labels: the first of
+    :data:`PRODUCT_LABELS` present, with :data:`MEMORY_LABEL` (MiB) where the model comes in two
+    memory sizes; None when no such label names a known family. ``{"nvidia.com/gpu.product":
+    "NVIDIA-H100-80GB-HBM3"}`` → H100; ``{"cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}`` → T4."""
+    memory = labels.get(MEMORY_LABEL)
+    try:
+        memory_mib = int(memory) if memory else None
+    except (TypeError, ValueError):
+        memory_mib = None
+    for key in PRODUCT_LABELS:
+        value = labels.get(key)
+        if isinstance(value, str) and value:
+            return family_of(value, memory_mib)
+    return None
+
+
 def dns_label(product: str) -> str:
     """``NVIDIA-Foo 9000`` → ``nvidia-foo-9000``: a DNS-1123 label (at most 63 characters) made
     of a product name, for a product of no known family."""
@@ -149,4 +172,5 @@ def family_prices() -> dict[str, float]:
     return out
 
 
-__all__ = ["GPU_FAMILIES", "GpuFamily", "dns_label", "family_of", "family_prices", "flavor_for_product"]
+__all__ = ["GPU_FAMILIES", "GpuFamily", "MEMORY_LABEL", "PRODUCT_LABELS", "dns_label", "family_of",
+           "family_of_node_labels", "family_prices", "flavor_for_product"]

@@ -223,7 +223,8 @@ async def test_priority_class_cohort_and_prices_are_changed_and_audited(jp_fetch
     assert prices["flavors"] == {"nvidia-a100": 2.5, "nvidia-h100": 4.0}
     effective = {e["flavor"]: (e["usdPerGpuHour"], e["source"]) for e in prices["effective"]}
     assert effective["nvidia-a100-mig"] == (2.5, "base flavor")
-    assert effective["nvidia-l4"] == (1.5, "default")
+    # not listed, but its nodeLabels name an L4: billed as the L4 family, not at the default
+    assert effective["nvidia-l4"] == (0.81, "family")
     public = await ok(jp_fetch, "prices")
     assert public["flavors"] == {"nvidia-a100": 2.5, "nvidia-h100": 4.0} and public["default"] == 1.5
     est = await ok(jp_fetch, "estimate", method="POST", body={"gpus": 1, "flavor": "nvidia-h100", "maxRuntime": "1h"})

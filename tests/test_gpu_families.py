@@ -144,3 +144,41 @@ def test_a_flavor_without_a_price_is_named_at_start_and_in_admin_prices(tmp_path
     svc = started("NVIDIA L40S", "b")
     assert list(svc.config.resource_flavors) == ["nvidia-l40s"]
     assert not [r for r in caplog.records if "no price" in r.getMessage()]
+
+
+def test_an_admin_named_flavor_is_priced_as_the_gpu_family_its_node_labels_name():
+    """On Kubernetes an admin names flavors as they like ("gpu-pool-1"); their nodeLabels
+    (GPU Feature Discovery's product label, or GKE's accelerator label) say what GPU they select:
+    an unlisted one is billed as that family, not at the default, and Admin → Prices says so."""
+    from jupyter_gpuqueue.admin import load_config_text
+
+    cfg = load_config_text("""
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gpu-pool-1}
+spec: {nodeLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: gke-t4}
+spec: {nodeLabels: {cloud.google.com/gke-accelerator: nvidia-tesla-t4}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: big-a100}
+spec: {nodeLabels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4, nvidia.com/gpu.memory: "81920"}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: mystery}
+spec: {nodeLabels: {nvidia.com/gpu.product: Quadro-RTX-8000}}
+""", "flavors").config
+    view = {e["flavor"]: (e["usdPerGpuHour"], e["source"], e.get("model"))
+            for e in prices_view(cfg, Prices().bind_flavors(cfg.resource_flavors))["effective"]}
+    assert view == {"gpu-pool-1": (3.75, "family", "H100"), "gke-t4": (0.35, "family", "T4"),
+                    "big-a100": (2.21, "family", "A100 80GB"), "mystery": (2.0, "default", None)}
+    # The admin's price for the family applies to every flavor of it; a listed flavor wins.
+    prices = Prices({"nvidia-h100": 4.0, "gke-t4": 0.5}).bind_flavors(cfg.resource_flavors)
+    assert (prices.price("gpu-pool-1"), prices.source("gpu-pool-1")) == (4.0, "family")
+    assert (prices.price("gke-t4"), prices.source("gke-t4")) == (0.5, "listed")
+    assert prices.price("gpu-pool-1-mig") == 4.0 and prices.unpriced(cfg.resource_flavors) == ["mystery"]

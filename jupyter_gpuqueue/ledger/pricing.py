@@ -13,7 +13,7 @@ import re
 from typing import Optional
 
 from ..errors import ValidationError
-from ..gpu_families import family_prices
+from ..gpu_families import GpuFamily, family_of_node_labels, family_prices
 
 #: USD per GPU-hour by flavor: every GPU family's (``gpu_families.GPU_FAMILIES``, the single source:
 #: DESIGN.md's A100-80GB 2.21, A100-40GB 1.65, H100 3.75, L4 0.81, and the others), under the
@@ -65,6 +65,11 @@ class Prices:
     ``default``: USD per GPU-hour of any flavor not listed. ``mig_slices_per_gpu``: compute slices of
     a whole GPU (7 on A100/H100). Raises ValidationError naming ``flavors.<name>``, ``default`` or
     ``migSlicesPerGpu`` for a negative / non-numeric value.
+
+    A flavor named by an admin (``gpu-pool-1``) whose ``nodeLabels`` name a GPU product
+    (``nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3``; ``gpu_families.family_of_node_labels``) and
+    that no price lists is priced as its GPU family (:meth:`bind_flavors`, called by the service with
+    the live configuration's ResourceFlavors).
     """
 
     def __init__(
@@ -88,6 +93,27 @@ class Prices:
             )
         self.per_flavor = flavors
         self.mig_slices_per_gpu = mig_slices_per_gpu
+        #: flavor name → the GPU family its nodeLabels name (:meth:`bind_flavors`); not persisted.
+        self.families: dict[str, GpuFamily] = {}
+
+    def bind_flavors(self, resource_flavors: dict) -> "Prices":
+        """Learn the GPU family of each ResourceFlavor in ``resource_flavors`` (name → object with
+        ``node_labels``) from its labels, so that an unlisted flavor is priced as its family;
+        returns self."""
+        self.families = {}
+        for name, flavor in resource_flavors.items():
+            family = family_of_node_labels(getattr(flavor, "node_labels", None) or {})
+            if family is not None:
+                self.families[name] = family
+        return self
+
+    def _family_price(self, flavor: str) -> Optional[float]:
+        family = self.families.get(flavor)
+        if family is None and flavor.endswith("-mig"):
+            family = self.families.get(flavor[: -len("-mig")])
+        if family is None:
+            return None
+        return self.per_flavor.get(family.flavor, family.usd_per_gpu_hour)
 
     def price(self, flavor: str) -> float:
         """USD per GPU-hour of ``flavor``: its listed price; else, for ``<base>-mig``, the base
@@ -98,17 +124,27 @@ class Prices:
             base = flavor[: -len("-mig")]
             if base in self.per_flavor:
                 return self.per_flavor[base]
-        return self.default
+        family = self._family_price(flavor)
+        return self.default if family is None else family
 
     def source(self, flavor: str) -> str:
         """Where :meth:`price` of ``flavor`` comes from: ``"listed"``, ``"base flavor"`` (a
-        ``<base>-mig`` flavor priced as its base) or ``"default"`` (not listed: billed at
+        ``<base>-mig`` flavor priced as its base), ``"family"`` (priced as the GPU family its
+        nodeLabels name, :meth:`bind_flavors`) or ``"default"`` (none of those: billed at
         ``default``)."""
         if flavor in self.per_flavor:
             return "listed"
         if flavor.endswith("-mig") and flavor[: -len("-mig")] in self.per_flavor:
             return "base flavor"
+        if self._family_price(flavor) is not None:
+            return "family"
         return "default"
+
+    def family_model(self, flavor: str) -> Optional[str]:
+        """The GPU model ("H100") a flavor is priced as, when :meth:`source` is ``"family"``."""
+        family = self.families.get(flavor) or (self.families.get(flavor[: -len("-mig")])
+                                               if flavor.endswith("-mig") else None)
+        return family.model if family is not None else None
 
     def unpriced(self, flavors) -> list[str]:
         """The names in ``flavors`` that no price lists (:meth:`source` ``"default"``), sorted: they

@@ -75,7 +75,7 @@ class Configuration:
             raise ValidationError(
                 "the new configuration drops queues that active workloads use; keep those queues, or let the "
                 f"workloads finish or cancel them first: {'; '.join(lost[:10])}{more}", "localQueues")
-        prices = prices or self.conf.prices
+        prices = (prices or self.conf.prices).bind_flavors(config.resource_flavors)
         now = self.conf.clock()
         moved = {}  # pending workloads whose LocalQueue now points to another ClusterQueue
         for uid, rec in self.live.records.items():
@@ -116,7 +116,7 @@ class Configuration:
             return False
         try:
             config = load_config_text(row["kueue_yaml"], "stored configuration").config
-            prices = Prices.from_json(row["prices"])
+            prices = Prices.from_json(row["prices"]).bind_flavors(config.resource_flavors)
         except GpuQueueError as exc:
             raise ValidationError(f"the stored configuration is invalid ({exc}); start with "
                                   "GpuQueueApp.discard_stored_config=True to drop it", "storedConfig") from None

@@ -119,6 +119,7 @@ class QueueService:
         # (SchedulerOptions.preemptor_first, docs/engine.md).
         scheduler = Scheduler(config, inventory, options or SchedulerOptions(
             requeue_batch_seconds=0.0, preemptor_first=True))
+        prices.bind_flavors(config.resource_flavors)  # an admin-named flavor priced by its GPU family
         self.conf = LiveConfig(config=config, prices=prices, scheduler=scheduler, clock=clock)
         self.live = LiveState(ledger)
         live = self.live

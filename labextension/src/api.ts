@@ -286,7 +286,7 @@ export interface IAdminPriorityClass {
 }
 
 export interface IAdminPrices extends IPrices {
-  effective: Array<{ flavor: string; usdPerGpuHour: number; source: string }>;
+  effective: Array<{ flavor: string; usdPerGpuHour: number; source: string; model?: string }>;
 }
 
 export interface IAdminConfig {

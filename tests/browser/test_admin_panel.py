@@ -123,15 +123,16 @@ async def test_admin_edits_a_quota_and_sees_it_applied(jp_fetch, started, lab_ur
             await panel.locator('[data-admin-tab="prices"]').click()
             l4 = panel.locator('tr[data-price-flavor="nvidia-l4"] input')
             await l4.fill("0.95")
-            # a flavor left without a price is named as billed at the default (issue 32)
+            # a flavor left without a price is priced as the GPU its nodeLabels name, and says so
+            # (issue 32: never silently at the default; a flavor of no known GPU says "billed at the default")
             await panel.locator('tr[data-price-flavor="nvidia-h100"] input').fill("")
             await panel.get_by_role("button", name="Save prices").click()
             await expect(panel.locator('tr[data-price-flavor="nvidia-l4"]')).to_contain_text("$0.95 (listed)")
             await expect(panel.locator('tr[data-price-flavor="nvidia-h100"]')).to_contain_text(
-                "no price: billed at the default 2.00")
+                "$3.75 (priced as H100)")
             assert (await api(jp_fetch, "prices"))["flavors"]["nvidia-l4"] == 0.95
             effective = {e["flavor"]: e["source"] for e in (await api(jp_fetch, "admin", "prices"))["effective"]}
-            assert effective["nvidia-h100"] == "default" and effective["nvidia-l4"] == "listed"
+            assert effective["nvidia-h100"] == "family" and effective["nvidia-l4"] == "listed"
             await page.screenshot(path=str(SCREENSHOT_DIR / "admin-prices.png"))
             await panel.locator('[data-admin-tab="yaml"]').click()
             await panel.locator('[data-action="export"]').click()

@@ -202,7 +202,9 @@ export function PricesEditor(props: {
                   >
                     {e.source === 'default'
                       ? `no price: billed at the default ${e.usdPerGpuHour.toFixed(2)}`
-                      : `$${e.usdPerGpuHour.toFixed(2)} (${e.source})`}
+                      : e.source === 'family'
+                        ? `$${e.usdPerGpuHour.toFixed(2)} (priced as ${e.model ?? 'its GPU'})`
+                        : `$${e.usdPerGpuHour.toFixed(2)} (${e.source})`}
                   </span>
                 </td>
                 <td>
@@ -210,7 +212,9 @@ export function PricesEditor(props: {
                     className={`jp-mod-styled jp-gpuqueue-admin-input ${errors[`flavors.${e.flavor}`] ? 'jp-mod-invalid' : ''}`}
                     aria-label={`price of ${e.flavor}`}
                     value={draft[e.flavor] ?? ''}
-                    placeholder={e.source === 'base flavor' ? 'base' : 'default'}
+                    placeholder={
+                      e.source === 'base flavor' ? 'base' : e.source === 'family' ? (e.model ?? 'family') : 'default'
+                    }
                     onChange={ev => setDraft({ ...draft, [e.flavor]: ev.target.value })}
                   />
                 </td>
