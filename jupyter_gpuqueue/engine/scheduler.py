@@ -161,6 +161,7 @@ class Scheduler:
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}
         self.admit_time: dict[str, Optional[float]] = {}
         self.evicting: dict[str, str] = {}  # victim key -> preemptor key
+        self._placement_victims: set[str] = set()  # victims chosen by _preempt_for_placement, until evicted
         self._requeue_due: dict[str, float] = {}  # cohort-tree root -> when its parked come back
         # Nomination memo (see ``_nominate``): per cohort-tree root, the version of its admitted
         # state and the nominations computed at that version, by workload shape.
@@ -258,9 +259,12 @@ class Scheduler:
         self.pending_reason.pop(key, None)
         self.orphans.pop(key, None)
         self._placement_parked.pop(key, None)
+        self._placement_victims.discard(key)
         self._shapes.pop(key, None)
+        unheld = False
         if self.allocator is not None:
             self.allocator.clear_nomination(key)
+            unheld = self.allocator.drop_hold(key)
         if key in self.admitted:
             cq = self._remove_admitted(key)
             freed_devices = self.allocator.release(key) if self.allocator is not None else False
@@ -269,6 +273,8 @@ class Scheduler:
             cq = self.cluster_queue_name(wl)
             if cq in self.queues:
                 self.queues[cq].delete(key)
+            if unheld:  # the devices held for it are free to others now
+                self._requeue_after_release(cq, True, now)
         return wl
 
     def evict(self, key: str, now: float, *, reset_order: bool = False) -> Workload:
@@ -278,7 +284,13 @@ class Scheduler:
         (Kueue orders preempted workloads by creation time)."""
         wl = self.admitted[key]
         cq = self._remove_admitted(key)
+        devices = self.allocator.by_workload.get(key, ()) if self.allocator is not None else ()
         freed = self.allocator.release(key) if self.allocator is not None else False
+        if key in self._placement_victims:
+            # Devices freed by a placement preemption: the preemptor takes those nominated to it,
+            # the rest wait for this workload, not for lower-priority work (DeviceAllocator.hold_for_victim).
+            self._placement_victims.discard(key)
+            self.allocator.hold_for_victim(key, wl.priority, devices)
         wl.admission = None
         wl.evictions += 1
         if reset_order:
@@ -779,6 +791,7 @@ class Scheduler:
         self._hold(node, e.assignment.usage)
         for key in new:
             self.evicting[key] = wl.key
+            self._placement_victims.add(key)
             victim_cq = self.admitted_cq[key]
             self._changed(victim_cq)  # candidates being evicted are ordered first
             result.preempted.append(Preemption(key, wl.key, IN_NODE_PLACEMENT, victim_cq, dict(e.assignment.usage)))
