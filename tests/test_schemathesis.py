@@ -352,6 +352,9 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
             case.body = {"manifest": _manifest(fz, rnd)}
         else:
             case.body = _usable_request(body, fz, rnd)
+    elif label == "POST /workloads/{namespace}/{name}/move" and isinstance(body, dict):
+        # whole GPUs both teams' queues offer (a MIG workload moved to whole GPUs is a valid move)
+        case.body = {"gpus": rnd.choice([1, 2]), "flavor": rnd.choice(["any", "nvidia-a100", "nvidia-l4"])}
     elif label == "PATCH /admin/cluster-queues/{name}" and isinstance(body, dict):
         out = {}  # GAP: ClusterQueuePatch has no additionalProperties: false (the server refuses others)
         if "cohort" in body:  # GAP: cohort is a DNS-1123 subdomain for the server, any string for the document
