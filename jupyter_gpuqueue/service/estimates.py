@@ -624,7 +624,8 @@ class Estimates:
                 if start is None or start > est.start_at - max(60.0, 0.2 * wait):
                     continue
                 found.append(_option_json(opt, start, now))
-            found.sort(key=lambda o: (o["changesSize"], o["estimatedStartAt"], o["pricePerHourUsd"]))
+            # the same size first; of the others, the one closest to the request (most GPUs)
+            found.sort(key=lambda o: (o["changesSize"], o["estimatedStartAt"], -o["gpus"], o["pricePerHourUsd"]))
             if found:
                 faster[key] = found[:3]
         return job["version"], now, results, faster, time.perf_counter() - t0, time.thread_time() - cpu0
