@@ -241,6 +241,10 @@ class DeviceAllocator:
         if blocked:
             with self._owners(blocked=blocked):
                 plan, why = self._plan(pod_sets, flavors)
+            if plan is None and self._plan(pod_sets, flavors)[0] is not None:
+                # the devices are there, but kept: say so (the panel shows them free)
+                why = (f"{why}: the free ones are kept for higher-priority work (a preemptor waiting "
+                       "for its victims, or a workload evicted to make room for one)")
         else:
             plan, why = self._plan(pod_sets, flavors)
         if plan is None:
