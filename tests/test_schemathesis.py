@@ -319,6 +319,8 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
         elif (label.endswith("keep-gpu") or label.endswith("/activity") or label.endswith("/extend")) \
                 and idle and rnd.random() < 0.9:
             pool = idle
+        elif label.endswith("/move") and rnd.random() < 0.9:  # only a pending workload moves (held ones too)
+            pool = [w for w in fz.workloads if w.get("state") == "Pending"]
         else:  # the held ones are kept for lift-budget-hold, the idle-warned leases for keep-gpu
             pool = ([w for w in fz.workloads if w not in fz.held and w not in idle] if rnd.random() < 0.9
                     else fz.workloads)
@@ -521,6 +523,9 @@ def test_every_response_matches_the_document(fuzzed):
     for op in operations:
         if op.path.endswith("lift-budget-hold"):  # the budget PUTs before it released the seed's
             _hold(fuzzed.srv, "held-again")
+            fuzzed.refresh(force=True)
+        if op.path.endswith("/move"):  # pending workloads to move: the DELETEs before may have cancelled the seed's
+            _hold(fuzzed.srv, "move-me", n=4)
             fuzzed.refresh(force=True)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             _run_operation(op, mode, fuzzed, failures)
