@@ -385,3 +385,20 @@ def test_what_is_held_for_an_evicted_job_is_forgotten_when_it_leaves_the_queue()
     for t in range(6, 9):
         step(s, t)
     assert "notebook" in admitted(s)
+
+
+def test_what_is_held_for_an_evicted_job_survives_a_configuration_change_and_a_snapshot():
+    from jupyter_gpuqueue.engine.snapshot import snapshot
+
+    s = issue_scene()
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    for t in range(2, 5):
+        step(s, t)
+    held = dict(s.allocator.held)
+    assert set(held) == {"ns-b/bob-2gpu"}
+    assert snapshot(s).allocator.held == held  # the estimator's forward run keeps it too
+    s.update_config(make_config(cq("a", 100), cq("b", 2)))  # an admin edits a quota
+    assert s.allocator.held == held
+    for t in range(5, 8):
+        step(s, t)
+    assert "notebook" not in admitted(s)
