@@ -119,6 +119,7 @@ def snapshot(sched: Scheduler, *, positions: bool = True, copy_pending: bool = T
     new.admit_time = dict(sched.admit_time)
     new.evicting = dict(sched.evicting)
     new._placement_victims = set(getattr(sched, "_placement_victims", ()))
+    new.terminating = set(getattr(sched, "terminating", ()))
     new._requeue_due = dict(sched._requeue_due)
     new._version = {}
     new._memo = {}

@@ -315,6 +315,11 @@ class QueueService:
         self.costs.costs_tick(now)  # budget holds, spot notices, utilization samples (service/costs.py)
         if self.live.dirty:
             self.live.dirty = False
+            # Running workloads being stopped (a cancel, the maximum run time, idle reclaim): a
+            # placement waits for their devices rather than preempting others (engine/scheduler.py).
+            stopping, records = self.live.stopping, self.live.records
+            self.conf.scheduler.terminating = {f"{records[u]['namespace']}/{records[u]['name']}"
+                                               for u in stopping if u in records} if stopping else set()
             self.admission.schedule(now)
             self.estimates.changed()  # debounced; computed on a worker thread (service/estimates.py)
         else:

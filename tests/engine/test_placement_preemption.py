@@ -402,3 +402,25 @@ def test_what_is_held_for_an_evicted_job_survives_a_configuration_change_and_a_s
     for t in range(5, 8):
         step(s, t)
     assert "notebook" not in admitted(s)
+
+
+def test_a_preemptor_waits_for_the_devices_of_a_job_being_stopped_rather_than_preempting_another():
+    # alice's 1-GPU job is being cancelled (the caller stops it: ``terminating``); the 1-GPU
+    # experiment-high job waits for its GPU instead of evicting bob's 2-GPU job
+    s = Scheduler(make_config(cq("a", 100), cq("b", 2)), Inventory([node("n1", 6)]))
+    for name, queue, gpus in (("alice-3gpu", "a", 3), ("alice-1gpu", "a", 1), ("bob-2gpu", "b", 2)):
+        s.add_workload(wl(queue, name, gpus, prio=NORMAL))
+    s.run_until_stable(0)
+    ending = set(devices_of(s, "alice-1gpu"))
+    s.add_workload(wl("a", "notebook", 1, prio=DEVELOPMENT))
+    s.terminating = {"ns-a/alice-1gpu"}
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    assert step(s, 1) == [] and step(s, 2) == []
+    assert s.reason("ns-a/high-1gpu") == ("Pending", "Pending the end of 1 workload(s) being stopped, "
+                                          "whose devices it will take")
+    s.remove_workload("ns-a/alice-1gpu", 3)  # it stopped
+    for t in range(4, 7):
+        assert step(s, t) == []
+    assert admitted(s) == {"alice-3gpu", "bob-2gpu", "high-1gpu"}
+    assert set(devices_of(s, "high-1gpu")) == ending
+    assert s.workloads["ns-b/bob-2gpu"].evictions == 0
