@@ -264,3 +264,17 @@ def test_a_crash_in_the_middle_of_a_move_leaves_exactly_one_workload(tmp_path, p
                 pass
         srv.stop()
         launcher.close()
+
+
+def test_a_move_request_replaces_only_what_it_names_and_gpus_and_mig_replace_each_other():
+    from jupyter_gpuqueue.service.moves import Moves, request_words
+
+    gpu = {"podSets": [{"name": "main", "count": 1, "requests": {"nvidia.com/gpu": 4}}], "flavor": "gpu-a"}
+    mig = {"podSets": [{"name": "main", "count": 1, "requests": {"nvidia.com/mig-1g.10gb": 1}}], "flavor": "any"}
+    assert Moves._request(gpu, {"flavor": "gpu-b"}) == {"flavor": "gpu-b", "gpus": 4}
+    assert Moves._request(gpu, {"gpus": 2}) == {"flavor": "gpu-a", "gpus": 2}
+    assert Moves._request(gpu, {"migProfile": "2g.20gb"}) == {"flavor": "gpu-a", "migProfile": "2g.20gb"}
+    assert Moves._request(mig, {"gpus": 1, "flavor": "any"}) == {"flavor": "any", "gpus": 1}
+    assert Moves._request(mig, {"migProfile": "3g.40gb"}) == {"flavor": "any", "migProfile": "3g.40gb"}
+    assert (request_words(gpu), request_words(mig)) == ("4 × gpu-a", "MIG 1g.10gb")
+    assert request_words(dict(gpu, flavor="any")) == "4 GPUs (any flavor)"
