@@ -210,15 +210,23 @@ async def test_post_move_answers_the_documented_workload_and_refuses_with_the_fi
 # -- a crash in the middle of a move (GPUQUEUE_FAILPOINT=move:…, ledger/failpoints.py) ------------
 
 
+@pytest.fixture(scope="module")
+def launcher():
+    from servertools import Launcher
+
+    la = Launcher(zygote=True)  # servers forked from a preloaded zygote: starts in a fraction of the time
+    yield la
+    la.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["before", "after"])
-def test_a_crash_in_the_middle_of_a_move_leaves_exactly_one_workload(tmp_path, point):
+def test_a_crash_in_the_middle_of_a_move_leaves_exactly_one_workload(tmp_path, launcher, point):
     import sqlite3
 
-    from servertools import Launcher, ServerSetup
+    from servertools import ServerSetup
 
     setup = ServerSetup(tmp_path, CLUSTER, INVENTORY)
-    launcher = Launcher(zygote=False)
     srv = launcher.start(setup)
     try:
         for name, gpus, flavor in (("blocker", 4, "gpu-a"), ("wide", 4, "gpu-a")):
@@ -263,7 +271,6 @@ def test_a_crash_in_the_middle_of_a_move_leaves_exactly_one_workload(tmp_path, p
             except Exception:  # noqa: BLE001
                 pass
         srv.stop()
-        launcher.close()
 
 
 def test_a_move_request_replaces_only_what_it_names_and_gpus_and_mig_replace_each_other():
