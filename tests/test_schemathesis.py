@@ -319,6 +319,8 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
         elif (label.endswith("keep-gpu") or label.endswith("/activity") or label.endswith("/extend")) \
                 and idle and rnd.random() < 0.9:
             pool = idle
+        elif label.endswith("/move") and rnd.random() < 0.9:  # only a pending workload moves (held ones too)
+            pool = [w for w in fz.workloads if w.get("state") == "Pending"]
         else:  # the held ones are kept for lift-budget-hold, the idle-warned leases for keep-gpu
             pool = ([w for w in fz.workloads if w not in fz.held and w not in idle] if rnd.random() < 0.9
                     else fz.workloads)
@@ -352,6 +354,9 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
             case.body = {"manifest": _manifest(fz, rnd)}
         else:
             case.body = _usable_request(body, fz, rnd)
+    elif label == "POST /workloads/{namespace}/{name}/move" and isinstance(body, dict):
+        # whole GPUs both teams' queues offer (a MIG workload moved to whole GPUs is a valid move)
+        case.body = {"gpus": rnd.choice([1, 2]), "flavor": rnd.choice(["any", "nvidia-a100", "nvidia-l4"])}
     elif label == "PATCH /admin/cluster-queues/{name}" and isinstance(body, dict):
         out = {}  # GAP: ClusterQueuePatch has no additionalProperties: false (the server refuses others)
         if "cohort" in body:  # GAP: cohort is a DNS-1123 subdomain for the server, any string for the document
@@ -518,6 +523,9 @@ def test_every_response_matches_the_document(fuzzed):
     for op in operations:
         if op.path.endswith("lift-budget-hold"):  # the budget PUTs before it released the seed's
             _hold(fuzzed.srv, "held-again")
+            fuzzed.refresh(force=True)
+        if op.path.endswith("/move"):  # pending workloads to move: the DELETEs before may have cancelled the seed's
+            _hold(fuzzed.srv, "move-me", n=4)
             fuzzed.refresh(force=True)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             _run_operation(op, mode, fuzzed, failures)

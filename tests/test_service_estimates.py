@@ -118,7 +118,8 @@ def test_a_waiting_job_is_estimated_from_the_running_jobs_declared_run_time(make
     # The same request on gpu-b starts at once: offered, with its price.
     opts = view["fasterOptions"]
     assert [o["flavor"] for o in opts][:1] == ["gpu-b"] and opts[0]["startsNow"]
-    assert opts[0]["summary"].startswith("gpu-b is free now: start at once, $")
+    assert opts[0]["summary"].startswith("2 × gpu-b is free now: start at once, $")  # the size said (issue 34)
+    assert not opts[0]["changesSize"] and opts[0]["move"] == {"gpus": 2, "flavor": "gpu-b"}
     # A running workload has no estimate fields.
     running = svc.get_workload("one", "a")
     assert running["estimatedStartAt"] is None and running["waitingFor"] == [] and running["estimateReason"] is None

@@ -79,6 +79,9 @@ class DeviceAllocator:
         self.by_workload: dict[str, list[str]] = {}
         # Waiting preemptors' devices: key -> (priority, device ids). See ``blocked_for``.
         self.nominated: dict[str, tuple[int, frozenset[str]]] = {}
+        # Devices freed by a placement preemption, kept for the evicted workload against lower
+        # priorities until it is placed again: key -> (priority, device ids). See ``hold_for_victim``.
+        self.held: dict[str, tuple[int, frozenset[str]]] = {}
         # Failed placements, remembered until a device is taken or freed (``_state`` counts those
         # changes). A failed ``place`` changes nothing, so the same request fails the same way
         # until then: when quota fits but the devices are fragmented, the BestEffortFIFO walk
@@ -160,17 +163,36 @@ class DeviceAllocator:
     # -- placement ----------------------------------------------------------------------------------
     def blocked_for(self, key: str, priority: Optional[int]) -> frozenset[str]:
         """Devices ``key`` may not take now: those nominated to another waiting preemptor of equal or
-        higher ``priority`` (all of them when ``priority`` is None). kube-scheduler keeps a
-        preemptor's nominated node for it the same way: pods of lower or equal priority do not get
-        the resources nominated to a pod of higher priority (``pkg/scheduler/framework/runtime``:
-        ``addNominatedPods``, which adds only nominated pods with priority >= the pod's)."""
-        if not self.nominated:
+        higher ``priority``, and those held for a workload of equal or higher ``priority`` evicted
+        by a placement preemption (:meth:`hold_for_victim`); all of them when ``priority`` is
+        None. kube-scheduler keeps a preemptor's nominated node for it the same way: pods of lower
+        or equal priority do not get the resources nominated to a pod of higher priority
+        (``pkg/scheduler/framework/runtime``: ``addNominatedPods``, which adds only nominated pods
+        with priority >= the pod's)."""
+        if not self.nominated and not self.held:
             return frozenset()
         out: set[str] = set()
         for other, (prio, devs) in self.nominated.items():
             if other != key and (priority is None or prio >= priority):
                 out.update(devs)
+        for other, (prio, devs) in self.held.items():
+            if other != key and (priority is None or prio >= priority):
+                out.update(devs)
         return frozenset(out)
+
+    def hold_for_victim(self, key: str, priority: int, devices: Iterable[str]) -> None:
+        """Keep ``devices`` (internal ids), just freed by ``key``, a workload of ``priority``
+        evicted by a placement preemption (``Scheduler.evict``), for ``key`` against workloads of
+        equal or lower priority (as a nomination is kept) until it is placed again or removed. The preemptor (of higher
+        priority) still takes what it was nominated; the rest of what the victim gave up waits for
+        the victim, never for lower-priority work: without this, a development notebook took the
+        GPUs freed from an experiment job for a 1-GPU experiment-high job, and the evicted job
+        could not start again behind it (a priority inversion; issue 34 item 8). Workloads of
+        higher priority than the victim are not held back. Kueue has no devices to keep (kube-scheduler
+        places its pods); this is the engine's one rule for devices freed by preemption."""
+        devs = frozenset(devices)
+        if devs:
+            self.held[key] = (priority, devs)
 
     def nominate(self, key: str, priority: int, devices: Iterable[str]) -> None:
         """Keep ``devices`` (internal ids) for ``key``, a preemptor waiting for its victims to stop,
@@ -178,11 +200,18 @@ class DeviceAllocator:
         self.nominated[key] = (priority, frozenset(devices))
 
     def clear_nomination(self, key: Optional[str] = None) -> None:
-        """Drop ``key``'s nomination (every nomination when ``key`` is None)."""
+        """Drop ``key``'s nomination (every nomination when ``key`` is None: waiting preemptors
+        nominate again in their next cycle). The holds of evicted workloads stay
+        (:meth:`drop_hold`)."""
         if key is None:
             self.nominated.clear()
         else:
             self.nominated.pop(key, None)
+
+    def drop_hold(self, key: str) -> bool:
+        """Forget what is held for ``key`` (:meth:`hold_for_victim`): it left the queue. True if
+        something was held (devices others may now take)."""
+        return self.held.pop(key, None) is not None
 
     def place(
         self,
@@ -212,6 +241,10 @@ class DeviceAllocator:
         if blocked:
             with self._owners(blocked=blocked):
                 plan, why = self._plan(pod_sets, flavors)
+            if plan is None and self._plan(pod_sets, flavors)[0] is not None:
+                # the devices are there, but kept: say so (the panel shows them free)
+                why = (f"{why}: the free ones are kept for higher-priority work (a preemptor waiting "
+                       "for its victims, or a workload evicted to make room for one)")
         else:
             plan, why = self._plan(pod_sets, flavors)
         if plan is None:
@@ -237,6 +270,7 @@ class DeviceAllocator:
             self.by_workload[key] = taken
             self._state += 1
         self.nominated.pop(key, None)
+        self.held.pop(key, None)
         return placements, ""
 
     @contextmanager
@@ -377,11 +411,13 @@ class DeviceAllocator:
         Pod by pod, in the order :meth:`place` places them: a pod that fits on the devices free
         (after the victims chosen so far) takes them; otherwise, on every node it may run on, all
         candidates holding devices there are removed; if the pod then fits, they are reprieved one
-        by one, the most important first (higher priority, then earlier admission), keeping out
-        only those without which it would not fit. Of the nodes where it fits, the one with (1) the
-        lowest highest-priority victim, (2) the lowest sum of priorities (each offset by 2^31),
-        (3) the fewest victims, (4) the latest admission among its highest-priority victims,
-        (5) first in the inventory is taken. Finally every victim, the most important first, is
+        by one, the most important first (higher priority, then — ours — more devices held, then
+        earlier admission), keeping out only those without which it would not fit. Of the nodes
+        where it fits, the one with (1) the lowest highest-priority victim, (2) the lowest sum of
+        priorities (each offset by 2^31), (ours) the fewest devices freed, (3) the fewest victims,
+        (4) the latest admission among its highest-priority victims, (5) first in the inventory is
+        taken. Ours: of victims of equal priority the smaller is taken, so that a 1-GPU preemptor
+        does not evict a 4-GPU job when a 1-GPU one would do (issue 34 item 8). Finally every victim, the most important first, is
         reprieved if the whole workload still fits without evicting it.
 
         Returns (victims, device ids the workload would then get), or None when it cannot be placed
@@ -392,9 +428,13 @@ class DeviceAllocator:
         if not cands or self.fits(pod_sets, flavors, freed | set(cands), blocked) is None:
             return None
 
-        def importance(k: str):  # kube-scheduler MoreImportantPod: higher priority, then earlier start
+        def importance(k: str):
+            # kube-scheduler MoreImportantPod: higher priority, then earlier start; ours between
+            # them: of equal priority, the one holding more devices (more work lost, more devices
+            # freed that the preemptor does not need), so a 1-GPU preemptor takes a 1-GPU victim
+            # rather than a 4-GPU one (issue 34 item 8).
             prio, start = cands[k]
-            return (-prio, start, k)
+            return (-prio, -len(self.by_workload.get(k, ())), start, k)
 
         node_devices: dict[str, list[str]] = {
             node.name: [d for r in self.device_resources() for _, d in self.devices_of(node.name, r)]
@@ -439,6 +479,7 @@ class DeviceAllocator:
                             score = (
                                 top,
                                 sum(cands[k][0] + 2**31 for k in chosen),
+                                sum(len(self.by_workload[k]) for k in chosen),  # ours: fewest devices freed
                                 len(chosen),
                                 -min(cands[k][1] for k in chosen if cands[k][0] == top),
                                 order,

@@ -161,6 +161,12 @@ class Scheduler:
         self.usage_of: dict[str, dict[FlavorResource, int]] = {}
         self.admit_time: dict[str, Optional[float]] = {}
         self.evicting: dict[str, str] = {}  # victim key -> preemptor key
+        self._placement_victims: set[str] = set()  # victims chosen by _preempt_for_placement, until evicted
+        # Admitted workloads the caller is stopping for reasons of its own (a cancel, the maximum run
+        # time, idle reclaim): their devices are free soon, so a placement waits for them rather than
+        # preempting (``_preempt_for_placement``). The caller keeps it current; keys no longer
+        # admitted are ignored.
+        self.terminating: set[str] = set()
         self._requeue_due: dict[str, float] = {}  # cohort-tree root -> when its parked come back
         # Nomination memo (see ``_nominate``): per cohort-tree root, the version of its admitted
         # state and the nominations computed at that version, by workload shape.
@@ -258,9 +264,12 @@ class Scheduler:
         self.pending_reason.pop(key, None)
         self.orphans.pop(key, None)
         self._placement_parked.pop(key, None)
+        self._placement_victims.discard(key)
         self._shapes.pop(key, None)
+        unheld = False
         if self.allocator is not None:
             self.allocator.clear_nomination(key)
+            unheld = self.allocator.drop_hold(key)
         if key in self.admitted:
             cq = self._remove_admitted(key)
             freed_devices = self.allocator.release(key) if self.allocator is not None else False
@@ -269,6 +278,8 @@ class Scheduler:
             cq = self.cluster_queue_name(wl)
             if cq in self.queues:
                 self.queues[cq].delete(key)
+            if unheld:  # the devices held for it are free to others now
+                self._requeue_after_release(cq, True, now)
         return wl
 
     def evict(self, key: str, now: float, *, reset_order: bool = False) -> Workload:
@@ -278,7 +289,13 @@ class Scheduler:
         (Kueue orders preempted workloads by creation time)."""
         wl = self.admitted[key]
         cq = self._remove_admitted(key)
+        devices = self.allocator.by_workload.get(key, ()) if self.allocator is not None else ()
         freed = self.allocator.release(key) if self.allocator is not None else False
+        if key in self._placement_victims:
+            # Devices freed by a placement preemption: the preemptor takes those nominated to it,
+            # the rest wait for this workload, not for lower-priority work (DeviceAllocator.hold_for_victim).
+            self._placement_victims.discard(key)
+            self.allocator.hold_for_victim(key, wl.priority, devices)
         wl.admission = None
         wl.evictions += 1
         if reset_order:
@@ -308,6 +325,7 @@ class Scheduler:
         if key in self.admit_time and self.admit_time.pop(key) is None:
             self._unknown_admit_times -= 1
         self.evicting.pop(key, None)
+        self.terminating.discard(key)
         self.admitted_by_cq.get(cq, {}).pop(key, None)
         self._charge_node(cq, usage, -1)
         return cq
@@ -757,21 +775,28 @@ class Scheduler:
         picks the fewest and least important, node by node). True when the workload now waits for
         victims (new ones, or those already being evicted for it): as a quota preemptor, it stays
         its queue's sticky head, holds its quota for the rest of the cycle, and the devices it
-        will take are nominated to it, kept from workloads of lower or equal priority. False:
-        preemption cannot help (the caller parks it with PlacementFailed)."""
+        will take are nominated to it, kept from workloads of lower or equal priority. Where the
+        devices of workloads already stopping (``terminating``, or its own victims) are enough, it
+        waits for them and preempts nobody. False: preemption cannot help (the caller parks it
+        with PlacementFailed)."""
         wl, cq = e.wl, e.cq
         alloc = self.allocator
         flavors = self.config.resource_flavors
         own = [k for k, p in self.evicting.items() if p == wl.key and k in self.admitted]
+        # Waiting would do: devices of workloads already stopping (its own victims, and those the
+        # caller stops for its own reasons: ``terminating``) count as free; nobody else is evicted
+        # for what they will free (issue 34 item 8).
+        ending = sorted(k for k in self.terminating if k in self.admitted and k not in self.evicting)
+        soon = own + ending
         blocked = alloc.blocked_for(wl.key, wl.priority)
-        devices = alloc.fits(pod_sets, flavors, own, blocked) if own else None
+        devices = alloc.fits(pod_sets, flavors, soon, blocked) if soon else None
         new: list[str] = []
         if devices is None:
             candidates = {k: v for k, v in self.preemptor.placement_candidates(wl, cq, now).items()
                           if k not in self._cycle_targets or k in own}
             if not candidates:
                 return False
-            found = alloc.preemption_victims(pod_sets, flavors, candidates, own, blocked)
+            found = alloc.preemption_victims(pod_sets, flavors, candidates, soon, blocked)
             if found is None:
                 return False
             new, devices = [k for k in found[0] if k not in own], found[1]
@@ -779,13 +804,19 @@ class Scheduler:
         self._hold(node, e.assignment.usage)
         for key in new:
             self.evicting[key] = wl.key
+            self._placement_victims.add(key)
             victim_cq = self.admitted_cq[key]
             self._changed(victim_cq)  # candidates being evicted are ordered first
             result.preempted.append(Preemption(key, wl.key, IN_NODE_PLACEMENT, victim_cq, dict(e.assignment.usage)))
             result.changed = True
         alloc.nominate(wl.key, wl.priority, devices)
         e.reason = REASON_PENDING
-        e.message = f"Pending the preemption of {len(own) + len(new)} workload(s)"
+        if own or new:
+            e.message = f"Pending the preemption of {len(own) + len(new)} workload(s)"
+        else:
+            taken = set(devices)
+            n = sum(1 for k in ending if taken.intersection(alloc.by_workload.get(k, ())))
+            e.message = f"Pending the end of {n} workload(s) being stopped, whose devices it will take"
         self.queues[cq.name].sticky = wl.key  # stays at the head until admitted, as a quota preemptor
         self._requeue(e, self.queues[cq.name], result, immediate=True)
         return True

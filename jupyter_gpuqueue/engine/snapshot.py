@@ -118,6 +118,8 @@ def snapshot(sched: Scheduler, *, positions: bool = True, copy_pending: bool = T
     new.usage_of = dict(sched.usage_of)  # values are never mutated in place
     new.admit_time = dict(sched.admit_time)
     new.evicting = dict(sched.evicting)
+    new._placement_victims = set(getattr(sched, "_placement_victims", ()))
+    new.terminating = set(getattr(sched, "terminating", ()))
     new._requeue_due = dict(sched._requeue_due)
     new._version = {}
     new._memo = {}
@@ -142,6 +144,8 @@ def snapshot(sched: Scheduler, *, positions: bool = True, copy_pending: bool = T
         alloc.by_workload = {k: list(v) for k, v in sched.allocator.by_workload.items()}
         if hasattr(sched.allocator, "nominated"):  # devices kept for waiting preemptors (placement.py)
             alloc.nominated = dict(sched.allocator.nominated)
+        if hasattr(sched.allocator, "held"):  # devices kept for workloads evicted by placement preemption
+            alloc.held = dict(sched.allocator.held)
         new.allocator = alloc
     else:
         new.allocator = None

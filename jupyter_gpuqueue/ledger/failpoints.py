@@ -9,6 +9,7 @@ SIGKILL itself at the Nth such commit of the process (default 1), where ``<commi
 - ``cancel``: a user's cancel (intervals closed, Cancelled), written before it is answered;
 - ``requeue``: a preempted job gone back to the queue (intervals closed, quota released);
 - ``preempt``: a victim's eviction recorded, before its process is told to stop;
+- ``move``: a pending workload's new request (service/moves.py), before the engine is told;
 
 and ``<point>`` is ``before`` (nothing of the commit written) or ``after`` (committed, nothing of
 it applied or answered yet). ``group-commit:…`` (the submissions' commit) is the group commit's
@@ -29,7 +30,7 @@ from typing import Optional
 log = logging.getLogger(__name__)
 
 FAILPOINT_ENV = "GPUQUEUE_FAILPOINT"
-COMMITS = ("admit", "finish", "cancel", "requeue", "preempt")
+COMMITS = ("admit", "finish", "cancel", "requeue", "preempt", "move")
 POINTS = ("before", "after")
 
 _counts: Counter = Counter()  # commits of each kind reached in this process ("before" counts them)

@@ -449,6 +449,19 @@ class ExtendLeaseHandler(GpuQueueHandler):
         self.write_json(self.service.extend_lease(namespace, name, user=self.user))
 
 
+class MoveWorkloadHandler(GpuQueueHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, namespace: str, name: str):
+        """Move a pending workload to another flavor, MIG profile or number of GPUs, in place
+        (``{"flavor", "gpus", "migProfile"}``; service/moves.py: owner only, 403; 409 naming
+        ``state`` when it is not Pending any more; 400 naming the field when the request does not
+        fit; another team's: 404); answers the Workload as moved."""
+        require_scope(self, SUBMIT_SCOPE)
+        self.check_visible(namespace, name)
+        self.write_json(self.service.move_workload(namespace, name, user=self.user, data=self.json_body()))
+
+
 class WorkloadLogsHandler(GpuQueueHandler):
     @web.authenticated
     @authorized
@@ -548,6 +561,7 @@ default_handlers = [
     (rf"{API_PREFIX}/workloads/{_NAME}/keep-gpu", KeepGpuHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/activity", LeaseActivityHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}/extend", ExtendLeaseHandler),
+    (rf"{API_PREFIX}/workloads/{_NAME}/move", MoveWorkloadHandler),
     (rf"{API_PREFIX}/workloads/{_NAME}", WorkloadHandler),
     (rf"{API_PREFIX}/estimate", EstimateHandler),
     (rf"{API_PREFIX}/queues", QueuesHandler),

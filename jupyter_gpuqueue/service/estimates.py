@@ -57,10 +57,12 @@ run times), computed here:
   wait (at the first refresh, or 2 s after the last round when one was that recent), for up to
   ``faster_options_limit`` pending workloads (highest priority, then oldest, first) whose
   estimated wait is over ``faster_options_min_wait`` seconds: the same request pinned to another
-  flavor of its ClusterQueue, with another MIG profile, or with fewer GPUs, each estimated by its
-  own forward run with the variant in the workload's place; a variant is offered when it starts at
-  least ``max(60 s, 20 %)`` of the wait sooner (``fasterOptions``: flavor, MIG profile, GPUs, start,
-  price per hour, a sentence).
+  flavor of its ClusterQueue (the same size: offered first), with another MIG profile, or with
+  fewer GPUs (``changesSize``, and the sentence says so: "runs on 2 GPUs instead of 4"), each
+  estimated by its own forward run with the variant in the workload's place; a variant is offered
+  when it starts at least ``max(60 s, 20 %)`` of the wait sooner (``fasterOptions``: flavor, MIG
+  profile, GPUs, start, price per hour, ``changesSize``, ``move``: the body that takes it in one
+  step, service/moves.py, and a sentence).
 - **Kueue mode.** The engine mirrors the installed Kueue's queues; the estimate is computed on the
   mirror as above and marked ``estimateApproximate``: Kueue, not this engine, decides.
 
@@ -282,6 +284,14 @@ class Estimates:
         except RuntimeError:
             return
         self._schedule(loop)
+
+    def forget(self, key: str) -> None:
+        """``key``'s request changed (service/moves.py): its estimate, faster options and first
+        estimate (for the calibration) were for the old one. Estimated again soon (:meth:`changed`)."""
+        for table in (self.results, self.faster, self.quick, self._first):
+            table.pop(key, None)
+        self._quick_tried.discard(key)
+        self.changed()
 
     def tick(self, now_monotonic: Optional[float] = None) -> None:
         """Called by every loop tick: refresh at least every ``refresh_interval`` seconds."""
@@ -614,7 +624,8 @@ class Estimates:
                 if start is None or start > est.start_at - max(60.0, 0.2 * wait):
                     continue
                 found.append(_option_json(opt, start, now))
-            found.sort(key=lambda o: (o["estimatedStartAt"], o["pricePerHourUsd"]))
+            # the same size first; of the others, the one closest to the request (most GPUs)
+            found.sort(key=lambda o: (o["changesSize"], o["estimatedStartAt"], -o["gpus"], o["pricePerHourUsd"]))
             if found:
                 faster[key] = found[:3]
         return job["version"], now, results, faster, time.perf_counter() - t0, time.thread_time() - cpu0
@@ -676,10 +687,12 @@ class Estimates:
         flavor = rec["spec"].get("flavor") or "any"
         requests: list[dict] = []
         if resource == GPU:
+            # the same size first: pinned to another flavor (with "any", each flavor pinned: the
+            # first whose quota fits may be the one whose devices are all taken)
             rg = cq.group_for(GPU)
-            if flavor != "any" and rg is not None:
+            if rg is not None:
                 requests += [{"gpus": qty, "flavor": f.name} for f in rg.flavors if f.name != flavor]
-            n = qty // 2
+            n = qty // 2  # then fewer GPUs, which the option says plainly (_option_json)
             while n >= 1:
                 requests.append({"gpus": n, "flavor": flavor})
                 n //= 2
@@ -704,7 +717,11 @@ class Estimates:
             out.append({"workload": variant, "flavor": f, "migProfile": req.get("migProfile"),
                         "gpus": vq if vr == GPU else 0, "resource": vr,
                         "pricePerHourUsd": self.conf.prices.usd_per_hour(price_flavor, vr, vq) if price_flavor else 0.0,
-                        "fewer": vr == GPU and resource == GPU and vq < qty})
+                        "fewer": vr == GPU and resource == GPU and vq < qty,
+                        "changesSize": vr != resource or vq != qty,
+                        "was": (f"{qty}" if resource == GPU else resource[len(MIG_PREFIX):]),
+                        "move": ({"migProfile": req["migProfile"], "flavor": req.get("flavor") or "any"}
+                                 if req.get("migProfile") else {"gpus": vq, "flavor": req.get("flavor") or "any"})})
         return out
 
     def _cheapest_flavor(self, cq, resource: str) -> Optional[str]:
@@ -967,20 +984,31 @@ def _decode_estimate(row: tuple) -> Estimate:
 
 
 def _option_json(opt: dict, start: float, now: float) -> dict:
-    what = (f"MIG {opt['migProfile']}" if opt["migProfile"] else
-            f"{opt['gpus']} GPU{'s' if opt['gpus'] != 1 else ''}" + (f" of {opt['flavor']}" if opt["flavor"] else ""))
-    if opt["flavor"] and not opt["fewer"] and not opt["migProfile"]:
-        what = opt["flavor"]
+    """A faster option as the view carries it (docs/rest-api.md, Workload.fasterOptions): the
+    request, its start and price, ``changesSize`` and ``move`` (the body of ``POST
+    workloads/{namespace}/{name}/move`` that takes it, service/moves.py) and a sentence that says
+    plainly when the option changes the job's size (issue 34 item 6): "4 × nvidia-l4 is free now:
+    start at once, $3.24/h", "runs on 2 GPUs instead of 4: free now, starts at once, $4.42/h"."""
     price = opt["pricePerHourUsd"]
     wait = start - now
-    if wait <= 1.0:
-        when = "is free now: start at once"
+    changes = bool(opt.get("changesSize", opt["fewer"] or opt["migProfile"]))
+    if not changes:
+        what = f"{opt['gpus']} × {opt['flavor']}" if opt["flavor"] else f"{opt['gpus']} GPU{'s' if opt['gpus'] != 1 else ''}"
+        when = "is free now: start at once" if wait <= 1.0 else f"would start in ~{_human_wait(wait)}"
+        summary = f"{what} {when}, ${price:,.2f}/h"
     else:
-        when = f"would start in ~{_human_wait(wait)}"
+        if opt["migProfile"]:
+            what = f"runs on MIG {opt['migProfile']} instead of {opt.get('was') or 'its profile'}"
+        else:
+            n = opt["gpus"]
+            what = (f"runs on {n} GPU{'s' if n != 1 else ''}" + (f" of {opt['flavor']}" if opt["flavor"] else "")
+                    + (f" instead of {opt['was']}" if opt.get("was") else ""))
+        when = "free now, starts at once" if wait <= 1.0 else f"would start in ~{_human_wait(wait)}"
+        summary = f"{what}: {when}, ${price:,.2f}/h"
     return {"flavor": opt["flavor"], "migProfile": opt["migProfile"], "gpus": opt["gpus"],
             "estimatedStartAt": round(max(start, now), 3), "startsNow": wait <= 1.0,
-            "pricePerHourUsd": round(price, 6),
-            "summary": f"{what} {when}, ${price:,.2f}/h"}
+            "pricePerHourUsd": round(price, 6), "changesSize": changes,
+            "move": dict(opt.get("move") or {}), "summary": summary}
 
 
 def _human_wait(seconds: float) -> str:

@@ -52,6 +52,7 @@ from .idle import IdleReclaim
 from .intake import Intake
 from .live import LiveConfig, LiveState, engine_workload
 from .logs import Logs
+from .moves import Moves
 from .recovery import Recovery
 from .states import FAILED, SUCCEEDED
 from .submissions import Submissions
@@ -166,6 +167,7 @@ class QueueService:
         self.views.idle = self.idle
         self.lease_extensions = LeaseExtensions(live, ledger, self.events)  # off until configured
         self.views.lease_extensions = self.lease_extensions
+        self.moves = Moves(conf, live, ledger, self.checks, self.estimates, self.events, wake, delegated=self.delegated)
         self.admission.on_finished = self.estimates.observe_finished
         self.webhooks = Webhooks(self, self.log)  # teams' notifications POSTed to their URL (service/webhooks.py)
 
@@ -314,6 +316,11 @@ class QueueService:
         self.costs.costs_tick(now)  # budget holds, spot notices, utilization samples (service/costs.py)
         if self.live.dirty:
             self.live.dirty = False
+            # Running workloads being stopped (a cancel, the maximum run time, idle reclaim): a
+            # placement waits for their devices rather than preempting others (engine/scheduler.py).
+            stopping, records = self.live.stopping, self.live.records
+            self.conf.scheduler.terminating = {f"{records[u]['namespace']}/{records[u]['name']}"
+                                               for u in stopping if u in records} if stopping else set()
             self.admission.schedule(now)
             self.estimates.changed()  # debounced; computed on a worker thread (service/estimates.py)
         else:
@@ -460,6 +467,11 @@ class QueueService:
     def extend_lease(self, namespace: str, name: str, *, user: str) -> dict:
         """:meth:`LeaseExtensions.extend`, answering the lease's view."""
         return self.views.view(self.lease_extensions.extend(namespace, name, user=user))
+
+    def move_workload(self, namespace: str, name: str, *, user: str, data) -> dict:
+        """:meth:`Moves.move` (issue 34 item 6: a faster option taken in one click), answering the
+        workload's view."""
+        return self.views.view(self.moves.move(namespace, name, user=user, data=data))
 
     # -- logs ----------------------------------------------------------------------------------------
     def read_log(self, namespace: str, name: str, *, user: str, offset: int = 0, limit: int = 1 << 20) -> dict:

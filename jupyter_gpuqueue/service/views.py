@@ -356,8 +356,9 @@ class Views:
 
     def timeline(self, namespace: str, name: str, *, reveal: bool = False) -> dict:
         """A job's history for its page (docs/rest-api.md, Timeline): ``{"workload": view,
-        "events": [{"at", "type", "text"}] (oldest first: Submitted, Admitted (each run, where),
-        Started, Preempted (by whom, why, what was lost), Finished / Failed / Cancelled),
+        "events": [{"at", "type", "text"}] (oldest first: Submitted, Moved (service/moves.py),
+        Admitted (each run, where), Started, Preempted (by whom, why, what was lost), Finished /
+        Failed / Cancelled),
         "runs": [{"start", "end" (null while it runs), "flavors": ["2 × gpu-a"], "costUsd",
         "outcome": running | preempted | succeeded | failed | cancelled}], "utilization":
         [{"device", "at", "percent"}], "memory": [{"device", "at", "memoryUsedMiB",
@@ -401,6 +402,8 @@ class Views:
                                    f"{_usd(float(p.get('lostCostUsd') or 0.0))}, and it was queued again"})
         if rec.get("started_at"):
             events.append({"at": rec["started_at"], "type": "Started", "text": "started running"})
+        for m in (rec.get("spec") or {}).get("moves") or []:  # service/moves.py
+            events.append({"at": m["at"], "type": "Moved", "text": f"moved by {m['by']} from {m['from']} to {m['to']}"})
         lifted = (rec.get("spec") or {}).get("budgetHoldLiftedBy")
         if lifted:
             events.append({"at": None, "type": "BudgetHoldLifted", "text": f"budget hold lifted by {lifted}"})
@@ -500,5 +503,6 @@ class Views:
             "pricePerHourUsd": round(per_hour, 6),
             **(self.estimates.fields(rec) if self.estimates is not None else {}),
             "acceptSpot": bool(spec.get("acceptSpot")),
+            "moves": [dict(m) for m in spec.get("moves") or []],
             "budgetWarning": self.conf.budgets.warning(rec["namespace"], now) if self.conf.budgets is not None else None,
         }

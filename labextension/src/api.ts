@@ -94,6 +94,8 @@ export interface IWorkload {
   estimateApproximate?: boolean;
   /** Another flavor, MIG profile or fewer GPUs that would start sooner. */
   fasterOptions?: IFasterOption[];
+  /** Its moves to another flavor / size while it was pending, oldest first. */
+  moves?: IMove[];
   /** "Job" (default) or "NotebookLease": GPUs held by a notebook server, no process or log. */
   kind?: string;
   /** A preempted lease: when its GPUs are taken back (seconds since the epoch). */
@@ -123,8 +125,27 @@ export interface IFasterOption {
   estimatedStartAt: number;
   startsNow: boolean;
   pricePerHourUsd: number;
-  /** "nvidia-l4 is free now: start at once, $0.81/h". */
+  /** Fewer GPUs or another MIG profile: the summary says so ("runs on 2 GPUs instead of 4"). */
+  changesSize?: boolean;
+  /** The body of `POST workloads/{namespace}/{name}/move` that takes this option. */
+  move?: IMoveRequest;
+  /** "4 × nvidia-l4 is free now: start at once, $3.24/h". */
   summary: string;
+}
+
+/** What a move changes (`POST workloads/{namespace}/{name}/move`); the rest is kept. */
+export interface IMoveRequest {
+  flavor?: string;
+  gpus?: number;
+  migProfile?: string;
+}
+
+/** One move of a workload (`moves`): "4 × nvidia-a100" to "4 × nvidia-l4". */
+export interface IMove {
+  at: number;
+  by: string;
+  from: string;
+  to: string;
 }
 
 export interface ISubmitRequest {
@@ -506,7 +527,17 @@ export class GpuQueueClient {
     );
   }
 
-  /** Keep an idle-warned notebook lease's GPU (owner only): its idle clock restarts. */
+  /**
+   * Move a pending workload (owner only) to another flavor, MIG profile or number of GPUs, in
+   * place: it keeps its name, place in the queue and history (a faster option taken in one click).
+   */
+  move(namespace: string, name: string, body: IMoveRequest): Promise<IWorkload> {
+    return this.request<IWorkload>(
+      `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/move`,
+      { method: 'POST', body: JSON.stringify(body) }
+    );
+  }
+
   /** Extend a running notebook lease's maximum time (where a hub admin allows it: `leaseExtensionSeconds`). */
   extendLease(namespace: string, name: string): Promise<IWorkload> {
     return this.request<IWorkload>(
@@ -515,6 +546,7 @@ export class GpuQueueClient {
     );
   }
 
+  /** Keep an idle-warned notebook lease's GPU (owner only): its idle clock restarts. */
   keepGpu(namespace: string, name: string): Promise<IWorkload> {
     return this.request<IWorkload>(
       `workloads/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/keep-gpu`,

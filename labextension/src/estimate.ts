@@ -205,8 +205,10 @@ export function fasterOptionText(o: IFasterOption, nowMs: number): string {
     return o.summary;
   }
   const what = o.migProfile
-    ? `${o.gpus} × MIG ${o.migProfile}${o.flavor ? ` on ${o.flavor}` : ''}`
-    : `${o.gpus} × ${o.flavor ?? 'GPU'}`;
+    ? `${o.changesSize ? 'runs on ' : ''}MIG ${o.migProfile}${o.flavor ? ` on ${o.flavor}` : ''}`
+    : o.changesSize
+      ? `runs on ${o.gpus} GPU${o.gpus === 1 ? '' : 's'}${o.flavor ? ` of ${o.flavor}` : ''} (another size)`
+      : `${o.gpus} × ${o.flavor ?? 'GPU'}`;
   const when = o.startsNow
     ? 'is free now: start at once'
     : `would start in ${approxDuration(o.estimatedStartAt - nowMs / 1000)}`;

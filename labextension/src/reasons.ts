@@ -49,6 +49,10 @@ export function plainReason(
   if (node || r === 'PlacementFailed') {
     const where = node && node[1] ? ` of ${node[1]}` : '';
     const what = node ? ` has ${node[2]} free` : ' has the devices free';
+    if (m.includes('kept for higher-priority work')) {
+      // devices the panel shows free are kept for a preemptor or the job it evicted (issue 34 item 8)
+      return `Free ${node && node[1] ? node[1] : 'GPU'} devices are held for higher-priority work`;
+    }
     return `Waiting for devices: the quota allows it, but no single node${where}${what} yet`;
   }
   if (

@@ -295,3 +295,132 @@ def test_run_until_stable_evicts_and_admits_the_preemptor():
 
 def test_workload_builder_is_a_workload():  # the helpers build what the scheduler takes
     assert isinstance(gang("a", "g", 2, 1), Workload)
+
+
+# -- issue 34 item 8: quota above the hardware must not invert priorities ---------------------------
+
+DEVELOPMENT, NORMAL, HIGH = 1000, 10000, 100000
+
+
+def step(s: Scheduler, t: float) -> list[str]:
+    """One cycle whose victims stop at once (as the live service reports them); their names."""
+    r = s.schedule(t)
+    for p in r.preempted:
+        s.evict(p.victim, t)
+    return [p.victim.split("/")[1] for p in r.preempted]
+
+
+def issue_scene() -> Scheduler:
+    """team-a's A100 quota (100) above the 6 GPUs: alice's 4-GPU and bob's 2-GPU experiment-normal
+    jobs hold every GPU, alice's development notebook waits for a device (its quota fits)."""
+    s = Scheduler(make_config(cq("a", 100), cq("b", 2)), Inventory([node("n1", 6)]))
+    s.add_workload(wl("a", "alice-4gpu", 4, prio=NORMAL))
+    s.add_workload(wl("b", "bob-2gpu", 2, prio=NORMAL))
+    s.run_until_stable(0)
+    s.add_workload(wl("a", "notebook", 1, prio=DEVELOPMENT))
+    s.run_until_stable(1)
+    assert admitted(s) == {"alice-4gpu", "bob-2gpu"}
+    assert s.reason("ns-a/notebook")[0] == "PlacementFailed"
+    return s
+
+
+def test_the_gpus_freed_for_a_higher_priority_job_never_go_to_a_lower_priority_notebook():
+    s = issue_scene()
+    bob_devices = set(devices_of(s, "bob-2gpu"))
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    for t in range(2, 8):
+        step(s, t)
+    # the preemptor runs on a device its victim freed; the victim's other device waits for the
+    # victim (experiment-normal), not for the development notebook
+    assert admitted(s) == {"alice-4gpu", "high-1gpu"}
+    assert set(devices_of(s, "high-1gpu")) <= bob_devices
+    assert s.reason("ns-a/notebook")[0] == "PlacementFailed"
+    assert s.workloads["ns-b/bob-2gpu"].evictions == 1
+    # once the preemptor ends, the evicted job starts again on its GPUs, before the notebook
+    s.remove_workload("ns-a/high-1gpu", 8)
+    for t in range(9, 12):
+        step(s, t)
+    assert admitted(s) == {"alice-4gpu", "bob-2gpu"}
+    assert set(devices_of(s, "bob-2gpu")) == bob_devices
+    assert s.allocator.held == {}
+
+
+def test_a_one_gpu_preemptor_evicts_the_smaller_of_equal_priority_victims():
+    # the 4-GPU job started later: kube-scheduler's order alone (reprieve the earlier start) would
+    # evict it, losing 4 GPUs of work and freeing 3 that the preemptor does not need
+    s = Scheduler(make_config(cq("a", 100)), Inventory([node("n1", 6)]))
+    s.add_workload(wl("a", "small", 2, prio=NORMAL))
+    s.run_until_stable(0)
+    s.add_workload(wl("a", "big", 4, prio=NORMAL))
+    s.run_until_stable(1)
+    s.add_workload(wl("a", "high", 1, prio=HIGH))
+    assert step(s, 2) == ["small"]
+
+
+def test_devices_held_for_an_evicted_job_go_to_higher_priority_work_without_another_preemption():
+    s = issue_scene()
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    for t in range(2, 5):
+        step(s, t)
+    assert admitted(s) == {"alice-4gpu", "high-1gpu"}
+    # a second high-priority job takes bob's other GPU (held for bob, of lower priority): no
+    # preemption, the GPU is free; an equal-priority job of team-a does not take it
+    s.add_workload(wl("a", "normal-1gpu", 1, prio=NORMAL))
+    assert step(s, 5) == [] and "normal-1gpu" not in admitted(s)
+    s.add_workload(wl("a", "high-again", 1, prio=HIGH))
+    victims = []
+    for t in range(6, 9):
+        victims += step(s, t)
+    assert victims == [] and "high-again" in admitted(s)
+
+
+def test_what_is_held_for_an_evicted_job_is_forgotten_when_it_leaves_the_queue():
+    s = issue_scene()
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    for t in range(2, 5):
+        step(s, t)
+    assert set(s.allocator.held) == {"ns-b/bob-2gpu"}
+    s.remove_workload("ns-b/bob-2gpu", 5)  # cancelled while it waited
+    assert s.allocator.held == {}
+    for t in range(6, 9):
+        step(s, t)
+    assert "notebook" in admitted(s)
+
+
+def test_what_is_held_for_an_evicted_job_survives_a_configuration_change_and_a_snapshot():
+    from jupyter_gpuqueue.engine.snapshot import snapshot
+
+    s = issue_scene()
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    for t in range(2, 5):
+        step(s, t)
+    held = dict(s.allocator.held)
+    assert set(held) == {"ns-b/bob-2gpu"}
+    assert snapshot(s).allocator.held == held  # the estimator's forward run keeps it too
+    s.update_config(make_config(cq("a", 100), cq("b", 2)))  # an admin edits a quota
+    assert s.allocator.held == held
+    for t in range(5, 8):
+        step(s, t)
+    assert "notebook" not in admitted(s)
+
+
+def test_a_preemptor_waits_for_the_devices_of_a_job_being_stopped_rather_than_preempting_another():
+    # alice's 1-GPU job is being cancelled (the caller stops it: ``terminating``); the 1-GPU
+    # experiment-high job waits for its GPU instead of evicting bob's 2-GPU job
+    s = Scheduler(make_config(cq("a", 100), cq("b", 2)), Inventory([node("n1", 6)]))
+    for name, queue, gpus in (("alice-3gpu", "a", 3), ("alice-1gpu", "a", 1), ("bob-2gpu", "b", 2)):
+        s.add_workload(wl(queue, name, gpus, prio=NORMAL))
+    s.run_until_stable(0)
+    ending = set(devices_of(s, "alice-1gpu"))
+    s.add_workload(wl("a", "notebook", 1, prio=DEVELOPMENT))
+    s.terminating = {"ns-a/alice-1gpu"}
+    s.add_workload(wl("a", "high-1gpu", 1, prio=HIGH))
+    assert step(s, 1) == [] and step(s, 2) == []
+    assert s.reason("ns-a/high-1gpu") == ("Pending", "Pending the end of 1 workload(s) being stopped, "
+                                          "whose devices it will take")
+    s.remove_workload("ns-a/alice-1gpu", 3)  # it stopped
+    for t in range(4, 7):
+        assert step(s, t) == []
+    assert admitted(s) == {"alice-3gpu", "bob-2gpu", "high-1gpu"}
+    assert set(devices_of(s, "high-1gpu")) == ending
+    assert s.workloads["ns-b/bob-2gpu"].evictions == 0

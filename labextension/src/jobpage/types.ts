@@ -40,7 +40,7 @@ export function preemptionsOf(w: IWorkload): IPreemptions | null {
 
 export interface ITimelineEvent {
   at: number;
-  /** Submitted, Admitted, Started, Preempted, BudgetHoldLifted, Succeeded, Failed, Cancelled */
+  /** Submitted, Moved, Admitted, Started, Preempted, BudgetHoldLifted, Succeeded, Failed, Cancelled */
   type: string;
   text: string;
 }
