@@ -131,7 +131,7 @@ export function RuntimeCapsEditor(props: {
   return (
     <div className="jp-gpuqueue-admin-card jp-gpuqueue-caps">
       <div className="jp-gpuqueue-admin-card-head">
-        <span className="jp-gpuqueue-cq-name">Maximum run time per team</span>
+        <span className="jp-gpuqueue-caps-title">Maximum run time per team</span>
       </div>
       <div className="jp-gpuqueue-muted jp-gpuqueue-caps-hint">
         A team's jobs and notebook leases may not ask for more (empty: no cap). Running work keeps its time.

@@ -59,8 +59,11 @@ function HolderLine(props: { device: string; holder: IDeviceHolder | null | unde
       {h && h.name !== null ? (
         <>
           <b className="jp-gpuqueue-holder-owner">{h.owner}</b>
-          <span className="jp-gpuqueue-muted"> · {h.namespace}/</span>
-          <span className="jp-gpuqueue-holder-name">{h.name}</span>
+          <span className="jp-gpuqueue-muted"> · </span>
+          <span className="jp-gpuqueue-holder-name">
+            <span className="jp-gpuqueue-muted">{h.namespace}/</span>
+            {h.name}
+          </span>
         </>
       ) : (
         <span className="jp-gpuqueue-muted">{h ? `${h.namespace} (another team's)` : props.assignedTo}</span>
