@@ -248,7 +248,8 @@ def wait_report(intervals: Iterable[dict], workloads: dict[str, dict], since: fl
     where it started in the period. A run ended by a preemption (one of ``workloads[uid]
     ["preemptions"]``, times within a second of the run's end) is lost: its whole GPU-hours and
     USD count where the preemption fell in the period (the job starts over; Kueue evicts, it does
-    not checkpoint). Percentiles by the nearest-rank method (p90 of 10 waits: the 9th smallest).
+    not checkpoint; a workload keeps its last 20 preemptions, service/admission.py, so runs of one
+    preempted more often than that count as waits only). Percentiles by the nearest-rank method (p90 of 10 waits: the 9th smallest).
 
     ``intervals``: ``Ledger.report_intervals`` rows of the period (unclipped); ``workloads``:
     ``{uid: {"created_at", "preemptions": [seconds]}}`` (``Ledger.wait_history``)."""
