@@ -224,8 +224,8 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             return form
         allowed, note, info, inventory = await self._gpuqueue_facts()
         if allowed:
-            # Under each GPU profile: what is free now and how long its lease lasts (issue 34 item 10).
-            # the team's cap on a run (its default LocalQueue's, where the lease goes)
+            # Under each GPU profile: what is free now and how long its lease lasts (issue 34 item
+            # 10), with the cap on a run of the team its lease goes to (its default LocalQueue's).
             default = (info or {}).get("defaultLocalQueue")
             cap = next((q.get("maxRuntimeSeconds") for q in (info or {}).get("localQueues") or []
                         if f"{q['namespace']}/{q['name']}" == default), None)
