@@ -408,3 +408,17 @@ async def test_client_raises_the_servers_errors(gpuqueue_env):
     )
     assert [w["name"] for w in wls] == ["via-client"]
     assert (await asyncio.to_thread(client.find, "via-client"))["namespace"] == "team-a"
+
+
+async def test_list_shows_ones_own_and_says_how_to_see_the_others(gpuqueue_env, gpuqueue_service):
+    # Issue 34 item 10: an admin's `list` printed "no workloads" while the queue was full.
+    gpuqueue_service.submit({"name": "bobs-job", "command": [PY, "-c", "pass"], "gpus": 1,
+                             "localQueue": "team-b/team-b-queue"}, user="bob")
+    rc, out, err = await arun("list", env=gpuqueue_env)
+    assert rc == 0, err
+    assert out.strip() == "no workloads of yours"
+    assert "1 more workload of other users not shown: `jupyter gpuqueue list --all` lists them" in err
+    rc, out, err = await arun("list", "--all", env=gpuqueue_env)
+    assert rc == 0 and "bobs-job" in out and out.splitlines()[0].split()[-1] == "OWNER" and not err.strip()
+    rc, out, _ = await arun("list", "--help", env=gpuqueue_env)
+    assert "--all lists them" in " ".join(out.split())

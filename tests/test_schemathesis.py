@@ -328,7 +328,8 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
             w = rnd.choice(pool)
             params.update(namespace=w["namespace"], name=w["name"])
     elif (label.endswith("/budgets/{namespace}") or label.endswith("/idle-policy/{namespace}")
-          or label.endswith("/webhooks/{namespace}")) and rnd.random() < 0.7:
+          or label.endswith("/webhooks/{namespace}") or label.endswith("/runtime-caps/{namespace}")) \
+            and rnd.random() < 0.7:
         params["namespace"] = rnd.choice(fz.namespaces)
     elif label.endswith("/cluster-queues/{name}") and fz.cluster_queues and rnd.random() < 0.7:
         params["name"] = rnd.choice(fz.cluster_queues)
@@ -372,6 +373,9 @@ def usable(case, fz: Fuzzed, rnd: random.Random, paths: bool = True) -> None:
         if isinstance(body.get("description"), str):
             out["description"] = body["description"][:40]
         case.body = out
+    elif label == "PUT /admin/runtime-caps/{namespace}" and isinstance(body, dict) and "maxRuntimeSeconds" in body:
+        # a cap the other operations' submissions (1 d at most, above) never pass: their 2xx stay
+        case.body = {"maxRuntimeSeconds": rnd.choice([None, 400 * 86400, 2**31 - 1])}
     elif label == "PUT /admin/prices" and isinstance(body, dict):
         out = {}  # GAP: PricesUpdate has no additionalProperties: false; flavors are the configuration's
         if "currency" in body:

@@ -371,8 +371,17 @@ def cmd_list(args, out: TextIO, err: TextIO, stdin: TextIO, client=None) -> int:
     items = client.list(namespace=args.namespace, states=states, mine=not args.all)
     if args.json:
         out.write(json.dumps({"items": items}) + "\n")
-    else:
-        print(workloads_table(items, owner=args.all), file=out)
+        return 0
+    if args.all:
+        print(workloads_table(items, owner=True), file=out)
+        return 0
+    print(workloads_table(items) if items else "no workloads of yours", file=out)
+    # Like kubectl's "No resources found in ... namespace", say what the filter hid and how to
+    # see it (an admin's own list is often empty while the queue is full, issue 34 item 10).
+    others = len(client.list(namespace=args.namespace, states=states)) - len(items)
+    if others > 0:
+        what = f"{others} more workload{'s' if others != 1 else ''} of other users"
+        print(f"{what} not shown: `jupyter gpuqueue list --all` lists them", file=err)
     return 0
 
 
@@ -535,11 +544,13 @@ def _add_list(sub, server: ArgumentParser, as_json: ArgumentParser) -> None:
     p = sub.add_parser(
         "list",
         parents=[server, as_json],
-        help="your workloads, newest first",
-        description="List workloads with their state, 1-based queue position, flavor and cost.",
+        help="your workloads, newest first (--all: every one you may see)",
+        description="List your workloads with their state, 1-based queue position, flavor and cost. "
+                    "Only yours, even for a queue admin: when others' are hidden, a line on stderr says how "
+                    "many and that --all lists them (your teams', everyone's for an admin).",
     )
     p.add_argument("--all", action="store_true",
-                   help="every workload you may see (your teams', everyone's for a queue admin), not only yours")
+                   help="every workload you may see (your teams', everyone's for a queue admin), with its owner")
     p.add_argument("--namespace", metavar="NS", help="only this namespace (team)")
     p.add_argument("--state", metavar="STATES", help="only these states, comma-separated, e.g. Pending,Running")
 

@@ -63,6 +63,10 @@ class QueueClient:
         """``GET info``: the token's user, their ``localQueues`` (``[]``: in no team), flavors, …"""
         return await self._call("GET", "info")
 
+    async def inventory(self) -> dict:
+        """``GET inventory``: free and total devices per flavor and resource (``summary``)."""
+        return await self._call("GET", "inventory")
+
     async def submit(self, request: dict) -> dict:
         return await self._call("POST", "workloads", request)
 

@@ -167,11 +167,13 @@ def profile_needs_gpu(profile: dict) -> bool:
     return False
 
 
-def profiles_form(profiles: list, note: str = "") -> str:
+def profiles_form(profiles: list, note: str = "", facts: Optional[dict] = None) -> str:
     """An ``options_form`` (HTML) choosing one of ``profiles`` (``slug``, ``display_name``,
     ``description``, ``default``) as ``user_options["profile"]``, for spawners without
     KubeSpawner's own profile form. ``note``: plain text shown above the choices (why GPU profiles
-    are not offered, :meth:`~.spawner.GpuQueueSpawnerMixin.get_options_form`)."""
+    are not offered, :meth:`~.spawner.GpuQueueSpawnerMixin.get_options_form`). ``facts``: what
+    the spawn page says under each GPU profile (:func:`profile_facts`: ``{slug: [text, ...]}``,
+    e.g. what is free now and how long a lease lasts)."""
     from html import escape
 
     rows = []
@@ -182,11 +184,66 @@ def profiles_form(profiles: list, note: str = "") -> str:
         slug = escape(str(p["slug"]), quote=True)
         checked = " checked" if p is chosen else ""
         desc = f"<div class='text-muted'>{escape(str(p['description']))}</div>" if p.get("description") else ""
+        lines = (facts or {}).get(p["slug"]) or []
+        if lines:
+            desc += (f"<div class='gpuqueue-facts' data-profile='{slug}'>"
+                     + "".join(f"<div>{escape(t)}</div>" for t in lines) + "</div>")
         rows.append(
             f"<div class='radio'><label><input type='radio' name='profile' value='{slug}'{checked}> "
             f"<strong>{escape(str(p.get('display_name') or p['slug']))}</strong>{desc}</label></div>"
         )
     return "<p>Servers with a GPU wait their turn in your team's GPU queue.</p>" + "".join(rows)
+
+
+def _free_text(request: dict, summary: list) -> Optional[str]:
+    """``"Free now: 3 of 4 A100 GPUs"`` for a lease request, from ``GET inventory``'s summary
+    (free devices on the machines, whatever the team's quota); None when no device matches."""
+    if request.get("migProfile"):
+        resource, what = f"nvidia.com/mig-{request['migProfile']}", f"MIG {request['migProfile']} slices"
+        rows = [r for r in summary if r.get("resource") == resource]
+    else:
+        flavor = request.get("flavor")
+        rows = [r for r in summary if r.get("resource") == "nvidia.com/gpu" and flavor in (None, "", "any", r.get("flavor"))]
+        what = f"{_flavor_label(flavor)} GPUs" if flavor not in (None, "", "any") else "GPUs"
+    total = sum(int(r.get("total") or 0) for r in rows)
+    if not total:
+        return None
+    free = sum(int(r.get("free") or 0) for r in rows)
+    if free == 0:
+        return f"Free now: none of {total} {what} (you wait in your team's queue)"
+    return f"Free now: {free} of {total} {what}"
+
+
+def profile_facts(profiles: list, lease_seconds: float, inventory: Optional[dict] = None,
+                  cap_seconds: Optional[float] = None) -> dict:
+    """What the spawn page says under each GPU profile: ``{slug: ["Free now: 3 of 4 A100 GPUs",
+    "Lease: up to 8 h; the server is stopped then (warned before)"]}``. ``lease_seconds``: the
+    lease's maximum time (the profile's own ``maxRuntimeSeconds``, else this: the spawner's
+    ``gpuqueue_max_runtime_seconds``); ``inventory``: ``GET inventory`` (None: nothing said of
+    what is free); ``cap_seconds``: the team's cap on a run (service/runtime_caps.py), said where
+    the lease would pass it. Profiles that are malformed or need no GPU get nothing."""
+    summary = list((inventory or {}).get("summary") or [])
+    out: dict = {}
+    for p in profiles:
+        try:
+            request = request_from_profile(p)
+        except ValueError:
+            continue
+        if not request:
+            continue
+        lines = []
+        if inventory is not None:
+            free = _free_text(request, summary)
+            if free:
+                lines.append(free)
+        seconds = float(request.get("maxRuntimeSeconds") or lease_seconds or 0)
+        if seconds > 0:
+            lease = f"Lease: up to {_span(seconds)}; the server is stopped then (warned before)"
+            if cap_seconds and seconds > cap_seconds:
+                lease += f" — more than your team's maximum run time of {_span(cap_seconds)}: ask an admin"
+            lines.append(lease)
+        out[p["slug"]] = lines
+    return out
 
 
 def lease_request_for(spawner: Any) -> Optional[dict]:

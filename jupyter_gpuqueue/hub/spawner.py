@@ -39,7 +39,7 @@ from typing import Any, Optional
 from .config import GpuQueueSpawnError, GpuQueueSpawnerConfig, GpuQueueSpawnRefused, queue_url, setting
 from .lease import (HubLease, QueueClient, _delete_user_token, _new_user_token, goes_on_without_lease,
                     keep_server_without_lease, lease_environment, watch_lease)
-from .profiles import lease_request_for, profile_needs_gpu, profiles_form
+from .profiles import lease_request_for, profile_facts, profile_needs_gpu, profiles_form
 
 NO_TEAM_NOTE = (
     "You are in no team of the GPU queue, so only servers without a GPU are offered. "
@@ -177,22 +177,34 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
         LocalQueue; or without the queue's scopes). Asks the queue as the user, with a token of
         the user's made for this and deleted at once. A fixed ``gpuqueue_api_token`` (whose owner
         is not this user) or an unreachable queue: ``(True, "")`` (the spawn then says why)."""
+        allowed, note, _, _ = await self._gpuqueue_facts()
+        return allowed, note
+
+    async def _gpuqueue_facts(self) -> tuple[bool, str, Optional[dict], Optional[dict]]:
+        """:meth:`gpuqueue_access`, with the queue's ``info`` and ``inventory`` as the user sees
+        them (None where not asked or not answered)."""
         if setting(self, "gpuqueue_api_token"):
-            return True, ""
+            return True, "", None, None
         try:
             token = _new_user_token(self, f"gpuqueue options form of {self._log_name}", expires_in=300)
         except GpuQueueSpawnRefused:
-            return False, NO_SCOPES_NOTE
+            return False, NO_SCOPES_NOTE, None, None
+        client = QueueClient(queue_url(self), token, request_timeout=10)
         try:
-            info = await QueueClient(queue_url(self), token, request_timeout=10).info()
+            info = await client.info()
+            if not info.get("localQueues"):
+                return False, NO_TEAM_NOTE, info, None
+            try:
+                inventory = await client.inventory()
+            except GpuQueueSpawnError as e:
+                self.log.warning("gpuqueue: cannot read the queue's free devices for %s: %s", self._log_name, e)
+                inventory = None
+            return True, "", info, inventory
         except GpuQueueSpawnError as e:
             self.log.warning("gpuqueue: cannot ask the queue whether %s is in a team: %s", self._log_name, e)
-            return True, ""
+            return True, "", None, None
         finally:
             _delete_user_token(self, token)
-        if not info.get("localQueues"):
-            return False, NO_TEAM_NOTE
-        return True, ""
 
     async def get_options_form(self):
         """The spawn form. When it is the form :func:`~.profiles.profiles_form` makes of
@@ -210,9 +222,15 @@ class GpuQueueSpawnerMixin(GpuQueueSpawnerConfig):
             return form  # a malformed profile: the spawn names it
         if not any(gpu):
             return form
-        allowed, note = await self.gpuqueue_access()
+        allowed, note, info, inventory = await self._gpuqueue_facts()
         if allowed:
-            return form
+            # Under each GPU profile: what is free now and how long its lease lasts (issue 34 item
+            # 10), with the cap on a run of the team its lease goes to (its default LocalQueue's).
+            default = (info or {}).get("defaultLocalQueue")
+            cap = next((q.get("maxRuntimeSeconds") for q in (info or {}).get("localQueues") or []
+                        if f"{q['namespace']}/{q['name']}" == default), None)
+            facts = profile_facts(profiles, float(setting(self, "gpuqueue_max_runtime_seconds") or 0), inventory, cap)
+            return profiles_form(profiles, facts=facts)
         return profiles_form([p for p, g in zip(profiles, gpu) if not g], note=note)
 
     async def progress(self):

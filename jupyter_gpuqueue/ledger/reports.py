@@ -17,6 +17,7 @@ Functions (all raise ``ValidationError`` naming the bad field, and change nothin
 - :func:`job_report`, :func:`user_report`, :func:`team_report`, :func:`flavor_report`,
   :func:`month_report`, :func:`daily_spend`: rows as dicts (shapes in their docstrings).
 - :func:`idle_capacity`: GPU-hours nobody used per flavor, and what they cost.
+- :func:`wait_report`: wait times and preemption losses per team.
 - :func:`to_csv`: rows as CSV text.
 """
 
@@ -27,6 +28,7 @@ import csv
 import io
 import math
 import re
+import statistics
 from datetime import date, datetime, timezone
 from typing import Any, Iterable, Optional
 
@@ -228,6 +230,70 @@ def team_report(intervals: Iterable[dict], since: float, until: float,
     return out
 
 
+def _nearest_rank(sorted_values: list[float], share: float) -> float:
+    """The ``share`` (0-1] percentile of ``sorted_values`` by the nearest-rank method."""
+    return sorted_values[max(0, math.ceil(share * len(sorted_values)) - 1)]
+
+
+def wait_report(intervals: Iterable[dict], workloads: dict[str, dict], since: float, until: float,
+                namespaces: Iterable[str] = ()) -> list[dict]:
+    """Wait times and preemption losses per team (namespace) over [since, until):
+    ``[{"namespace", "admissions", "waitMedianSeconds", "waitP90Seconds", "waitMaxSeconds"
+    (null without an admission), "preemptions", "preemptedGpuHours", "preemptedCostUsd"}]`` by
+    namespace.
+
+    A run is the intervals of a workload opened at one admission (one ``start``); intervals are
+    opened only at admission (service/billing.py). Its wait is from the workload's creation (its
+    first run) or from the preemption that ended its previous run, to its start; a run counts
+    where it started in the period. A run ended by a preemption (one of ``workloads[uid]
+    ["preemptions"]``, times within a second of the run's end) is lost: its whole GPU-hours and
+    USD count where the preemption fell in the period (the job starts over; Kueue evicts, it does
+    not checkpoint; a workload keeps its last 20 preemptions, service/admission.py, so runs of one
+    preempted more often than that count as waits only). Percentiles by the nearest-rank method (p90 of 10 waits: the 9th smallest).
+
+    ``intervals``: ``Ledger.report_intervals`` rows of the period (unclipped); ``workloads``:
+    ``{uid: {"created_at", "preemptions": [seconds]}}`` (``Ledger.wait_history``)."""
+    runs: dict[str, dict[float, list[dict]]] = {}
+    for i in intervals:
+        runs.setdefault(i["workload_uid"], {}).setdefault(float(i["start"]), []).append(i)
+    waits: dict[str, list[float]] = {ns: [] for ns in namespaces}
+    lost: dict[str, dict] = {ns: {"n": 0, "gpu": [], "usd": []} for ns in namespaces}
+    for uid, by_start in runs.items():
+        w = workloads.get(uid)
+        if w is None:
+            continue
+        preemptions = sorted(float(p) for p in w.get("preemptions") or [])
+        for start in sorted(by_start):
+            ivs = by_start[start]
+            ns = ivs[0]["namespace"]
+            waits.setdefault(ns, [])
+            lost.setdefault(ns, {"n": 0, "gpu": [], "usd": []})
+            if since <= start < until:
+                queued = max([float(w["created_at"])] + [p for p in preemptions if p <= start])
+                waits[ns].append(max(0.0, start - queued))
+            if any(i.get("open") for i in ivs):
+                continue
+            end = max(float(i["end"]) for i in ivs)
+            hit = [p for p in preemptions if abs(p - end) <= 1.0]
+            if hit and since <= hit[0] < until:
+                a = lost[ns]
+                a["n"] += 1
+                for i in ivs:
+                    hours = max(0.0, float(i["end"]) - float(i["start"])) / 3600.0
+                    a["gpu"].append(i["gpu_equivalent"] * hours)
+                    a["usd"].append(i["usd_per_hour"] * hours)
+    out = []
+    for ns in sorted(set(waits) | set(lost)):
+        ws = sorted(waits.get(ns, []))
+        a = lost.get(ns, {"n": 0, "gpu": [], "usd": []})
+        out.append({"namespace": ns, "admissions": len(ws),
+                    "waitMedianSeconds": statistics.median(ws) if ws else None,
+                    "waitP90Seconds": _nearest_rank(ws, 0.9) if ws else None,
+                    "waitMaxSeconds": ws[-1] if ws else None,
+                    "preemptions": a["n"], "preemptedGpuHours": _sum(a["gpu"]), "preemptedCostUsd": _sum(a["usd"])})
+    return out
+
+
 def idle_reclaimed_by_team(reclaims: Iterable[dict], namespaces: Iterable[str] = ()) -> dict[str, dict]:
     """GPU-hours reclaimed from idle notebooks per team: ``{namespace: {"idleReclaimedGpuHours",
     "idleReclaims"}}`` summed over ``reclaims`` (``Ledger.idle_reclaims``: one row per notebook
@@ -364,5 +430,7 @@ CSV_COLUMNS = {
     "idle": ["flavor", "capacityGpus", "capacityGpuHours", "usedGpuHours", "idleGpuHours", "idleCostUsd",
              "pricePerGpuHourUsd"],
     "daily": ["date", "gpuHours", "costUsd"],
+    "waits": ["namespace", "admissions", "waitMedianSeconds", "waitP90Seconds", "waitMaxSeconds", "preemptions",
+              "preemptedGpuHours", "preemptedCostUsd"],
 }
 """The CSV columns of each report kind (``?format=csv``)."""

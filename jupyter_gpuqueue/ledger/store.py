@@ -718,6 +718,29 @@ class Ledger:
                 out.append(d)
         return out
 
+    def wait_history(self, uids: Iterable[str]) -> dict[str, dict]:
+        """For ``ledger/reports.wait_report``: ``{uid: {"created_at", "preemptions": [at, ...]}}``
+        of these workloads (seconds since the epoch; the preemptions kept in their spec)."""
+        uids = list(set(uids))
+        out: dict[str, dict] = {}
+        evicted: list[str] = []
+        with self._scope() as s:
+            for k in range(0, len(uids), 500):
+                q = select(WorkloadRow.uid, WorkloadRow.created_at, WorkloadRow.evictions).where(
+                    WorkloadRow.uid.in_(uids[k:k + 500]))
+                for r in s.execute(q):
+                    out[r.uid] = {"created_at": r.created_at, "preemptions": []}
+                    if r.evictions:
+                        evicted.append(r.uid)
+            # the specs (manifests, commands: large) only of the workloads ever preempted
+            for k in range(0, len(evicted), 500):
+                q = select(WorkloadRow.uid, WorkloadRow.spec).where(WorkloadRow.uid.in_(evicted[k:k + 500]))
+                for r in s.execute(q):
+                    spec = r.spec if isinstance(r.spec, dict) else {}
+                    out[r.uid]["preemptions"] = [p["at"] for p in spec.get("preemptions") or []
+                                                 if isinstance(p, dict) and isinstance(p.get("at"), (int, float))]
+        return out
+
     def budgets(self) -> dict[str, dict]:
         """Budgets stored by admins: ``{namespace: {"monthlyUSD", "warnAt", "hard", "updatedAt",
         "updatedBy"}}``."""

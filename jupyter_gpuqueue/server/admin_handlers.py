@@ -17,6 +17,8 @@ first, like the rest of the API.
   the change was applied with.
 - ``GET admin/idle-policy``, ``PUT`` / ``DELETE admin/idle-policy/{namespace}``: idle notebook
   GPU reclaim per team (service/idle.py).
+- ``GET admin/runtime-caps``, ``PUT`` / ``DELETE admin/runtime-caps/{namespace}``: each team's
+  cap on maxRuntimeSeconds (service/runtime_caps.py).
 - ``PUT admin/webhooks/{namespace}``: a team's webhook URL for its jobs' notifications
   (service/webhooks.py).
 
@@ -221,6 +223,31 @@ class AdminIdlePolicyHandler(AdminHandler):
         self.write_json(self.service.idle.delete_policy(namespace, actor=self.user))
 
 
+class AdminRuntimeCapsHandler(AdminHandler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        """Every team's cap on maxRuntimeSeconds (null: none) and where it comes from."""
+        self.check_admin()
+        self.write_json(self.service.runtime_caps.view())
+
+
+class AdminRuntimeCapHandler(AdminHandler):
+    @web.authenticated
+    @authorized
+    async def put(self, namespace: str):
+        """Set a team's cap (``{"maxRuntimeSeconds": seconds | null}``; stored, audited)."""
+        self.check_admin()
+        self.write_json(self.service.runtime_caps.set_cap(namespace, self.json_body(), actor=self.user))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, namespace: str):
+        """Drop a team's stored cap (the configured one applies again; audited)."""
+        self.check_admin()
+        self.write_json(self.service.runtime_caps.delete_cap(namespace, actor=self.user))
+
+
 class AdminWebhookHandler(AdminHandler):
     @web.authenticated
     @authorized
@@ -244,6 +271,8 @@ admin_handlers = [
     (rf"{_ADMIN}/audit", AdminAuditHandler),
     (rf"{_ADMIN}/idle-policy", AdminIdlePoliciesHandler),
     (rf"{_ADMIN}/idle-policy/(?P<namespace>[^/]+)", AdminIdlePolicyHandler),
+    (rf"{_ADMIN}/runtime-caps", AdminRuntimeCapsHandler),
+    (rf"{_ADMIN}/runtime-caps/(?P<namespace>[^/]+)", AdminRuntimeCapHandler),
     (rf"{_ADMIN}/webhooks/(?P<namespace>[^/]+)", AdminWebhookHandler),
 ]
 """(pattern, handler) relative to the server's base_url; registered before the JSON 404."""

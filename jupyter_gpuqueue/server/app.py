@@ -269,6 +269,16 @@ class GpuQueueApp(ExtensionApp):
         help="""How many times one notebook lease may be extended (lease_extension_seconds).""",
     ).tag(config=True)
 
+    max_runtime_caps = Dict(
+        {},
+        help="""The longest maximum run time each team's submissions may ask for, in seconds:
+        {"team-a": 86400, "*": 604800} ("*": every team without its own entry; none: no cap). A
+        submission asking for more is refused (400 naming maxRuntimeSeconds / maxRuntime and the
+        cap); one asking for none gets the default run time, at most the cap. Admins change a
+        team's cap in the panel or with PUT admin/runtime-caps/{namespace} (stored; wins over
+        this).""",
+    ).tag(config=True)
+
     estimate_start_times = Bool(
         True,
         help="""Estimate when each pending workload starts (estimatedStartAt, estimatedStartRange,
@@ -639,6 +649,7 @@ class GpuQueueApp(ExtensionApp):
                 raise ValidationError("must be > 0 bytes", "max_notebook_bytes")
             service.checks.notebooks.max_bytes = self.max_notebook_bytes
             service.lease_extensions.configure(self.lease_extension_seconds, self.lease_max_extensions)
+            service.runtime_caps.configure(dict(self.max_runtime_caps))
             if self.estimate_min_interval <= 0:
                 raise ValidationError("must be > 0 seconds", "estimate_min_interval")
             service.estimates.enabled = service.estimates.wanted = bool(self.estimate_start_times)

@@ -24,6 +24,7 @@ from .states import DEFAULT_MAX_RUNTIME, MAX_RUNTIME_LIMIT
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from .runtime_caps import RuntimeCaps
     from .billing import Billing
     from .live import LiveConfig
 
@@ -48,6 +49,7 @@ class RequestChecks:
         self.python_executable = python_executable
         self.default_priority_class = default_priority_class
         self.notebooks = NotebookChecks(root_dir=root_dir, python_executable=python_executable)
+        self.runtime_caps: Optional["RuntimeCaps"] = None  # the teams' caps (service/runtime_caps.py)
 
     def resolve_priority(self, name) -> tuple[int, Optional[str]]:
         if name in (None, ""):
@@ -63,17 +65,37 @@ class RequestChecks:
             raise ValidationError(f"unknown priority class {name!r} (known: {', '.join(known)})", "priorityClass")
         return pc.value, pc.name
 
-    def max_runtime(self, request: dict) -> int:
+    def max_runtime(self, request: dict, namespace: Optional[str] = None) -> int:
         """Whole seconds (fractions round up, so 0.5 is 1 s, never 0 = "no limit"), at most
         MAX_RUNTIME_LIMIT (Kueue's maximumExecutionTimeSeconds is an int32): larger, NaN or
-        infinite values are refused (they made costs infinite and broke the JSON answers)."""
+        infinite values are refused (they made costs infinite and broke the JSON answers). With
+        ``namespace``, at most that team's cap (service/runtime_caps.py): more is refused naming
+        the field the request used; none asked gets the default, cut to the cap."""
+        seconds, field = self._max_runtime(request)
+        cap = self.runtime_caps.cap(namespace) if self.runtime_caps is not None and namespace else None
+        if cap is not None:
+            if field is None:
+                return min(seconds, cap)
+            self.runtime_caps.check(namespace, seconds, field, request.get(field))
+        return seconds
+
+    def manifest_max_runtime(self, seconds: Optional[int], namespace: str, field: str) -> int:
+        """A manifest's maximum execution time (None: not set) as :meth:`max_runtime` takes a form's."""
+        cap = self.runtime_caps.cap(namespace) if self.runtime_caps is not None else None
+        if seconds is None:
+            return min(DEFAULT_MAX_RUNTIME, cap) if cap is not None else DEFAULT_MAX_RUNTIME
+        if cap is not None:
+            self.runtime_caps.check(namespace, seconds, field)
+        return seconds
+
+    def _max_runtime(self, request: dict) -> tuple[int, Optional[str]]:
         if request.get("maxRuntimeSeconds") is not None:
             v = request["maxRuntimeSeconds"]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValidationError("must be a positive number of seconds", "maxRuntimeSeconds")
             if v > MAX_RUNTIME_LIMIT:
                 raise ValidationError(f"must be at most {MAX_RUNTIME_LIMIT} seconds, got {v:g}", "maxRuntimeSeconds")
-            return math.ceil(v)
+            return math.ceil(v), "maxRuntimeSeconds"
         if request.get("maxRuntime") not in (None, ""):
             try:
                 seconds = parse_duration(request["maxRuntime"], "maxRuntime")
@@ -81,8 +103,8 @@ class RequestChecks:
                 raise ValidationError(exc.reason, "maxRuntime") from None
             if seconds > MAX_RUNTIME_LIMIT:
                 raise ValidationError(f"must be at most {MAX_RUNTIME_LIMIT} seconds, got {seconds}", "maxRuntime")
-            return seconds
-        return DEFAULT_MAX_RUNTIME
+            return seconds, "maxRuntime"
+        return DEFAULT_MAX_RUNTIME, None
 
     def pod_set_from_form(self, request: dict, cq_name: str) -> PodSet:
         mig = request.get("migProfile")

@@ -412,7 +412,7 @@ class Costs:
                date_to: Optional[str] = None, namespace: Optional[str] = None, owner: Optional[str] = None) -> dict:
         """A cost report (``ledger/reports.py``) over the ledger's usage intervals.
 
-        ``kind``: jobs | users | teams | flavors | months | idle | daily. Period: ``month``
+        ``kind``: jobs | users | teams | flavors | months | idle | daily | waits. Period: ``month``
         ("YYYY-MM") or ``date_from`` / ``date_to`` (UTC dates), default the current UTC month;
         ``namespace`` / ``owner`` filter. Idle capacity (``idle``, and the idle columns of
         ``flavors``) counts from :meth:`capacity_since` at the earliest. Returns ``{"kind", "period": {"label", "since", "until"},
@@ -429,6 +429,9 @@ class Costs:
             items = reports.job_report(ivs, since, end, self.ledger.utilization(since, until))
         elif kind == "users":
             items = reports.user_report(ivs, since, end)
+        elif kind == "waits":
+            teams = {lq.namespace for lq in self.conf.config.local_queues.values()} if namespace is None else {namespace}
+            items = reports.wait_report(ivs, self.ledger.wait_history(i["workload_uid"] for i in ivs), since, end, teams)
         elif kind == "teams":
             teams = {lq.namespace for lq in self.conf.config.local_queues.values()}
             if namespace is not None:

@@ -32,6 +32,7 @@ class LeaseExtensions:
         self.events = events
         self.seconds = 0.0
         self.max_extensions = 0
+        self.runtime_caps = None  # the teams' caps (service/runtime_caps.py): no extension past one
 
     def configure(self, seconds: float, max_extensions: int) -> None:
         """Allow extensions of ``seconds`` (≥ 0; 0 turns them off), ``max_extensions`` (≥ 0) per
@@ -44,8 +45,16 @@ class LeaseExtensions:
         self.max_extensions = max_extensions
 
     def _left(self, rec: dict) -> int:
+        if self._over_cap(rec):
+            return 0
         used = int((rec.get("run") or {}).get("extensions") or 0)
         return max(0, self.max_extensions - used)
+
+    def _over_cap(self, rec: dict) -> Optional[int]:
+        """The team's cap (seconds) when one more extension would take the lease past it, else None."""
+        cap = self.runtime_caps.cap(rec["namespace"]) if self.runtime_caps is not None else None
+        limit = (rec.get("spec") or {}).get("maxRuntimeSeconds") or 0
+        return cap if cap is not None and limit + self.seconds > cap else None
 
     def fields(self, rec: dict) -> dict:
         """``leaseExtensionSeconds`` and ``leaseExtensionsLeft`` of a running lease with a maximum
@@ -70,6 +79,10 @@ class LeaseExtensions:
         if self.seconds <= 0:
             raise Conflict("extending a notebook lease is not allowed here (c.GpuQueueApp.lease_extension_seconds "
                            "is 0): ask a hub admin", "name")
+        cap = self._over_cap(rec)
+        if cap is not None:
+            raise Conflict(f"{namespace}/{name} may run at most {cap} s, the maximum run time an admin set for "
+                           f"team {namespace}: an extension would take it past that", "name")
         if self._left(rec) <= 0:
             raise Conflict(f"{namespace}/{name} was extended {self.max_extensions} times already, "
                            "the most allowed", "name")

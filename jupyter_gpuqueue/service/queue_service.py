@@ -59,6 +59,7 @@ from .submissions import Submissions
 from .teams import Teams
 from .lease_extension import LeaseExtensions
 from .views import Views
+from .runtime_caps import RuntimeCaps
 from .webhooks import Webhooks
 
 log = logging.getLogger("jupyter_gpuqueue")
@@ -143,6 +144,10 @@ class QueueService:
                            default_local_queue=default_local_queue)
         self.checks = RequestChecks(conf, self.billing, backend, root_dir=self.root_dir,
                                     python_executable=python_executable, default_priority_class=default_priority_class)
+        # Each team's cap on maxRuntimeSeconds (service/runtime_caps.py): none until configured or set.
+        self.runtime_caps = RuntimeCaps(
+            ledger, lambda: {lq.namespace for lq in self.conf.config.local_queues.values()}, lambda: self.conf.clock())
+        self.checks.runtime_caps = self.runtime_caps
         self.views = Views(conf, live, ledger, inventory, self.teams, self.billing, self.checks,
                            delegated=self.delegated, python_executable=python_executable, root_dir=self.root_dir)
         self.events = EventHub(ledger, live, self.views, self.log)
@@ -166,6 +171,7 @@ class QueueService:
         self.idle = IdleReclaim(conf, live, ledger, backend, self.billing, self.costs, self.events, wake, self.log)
         self.views.idle = self.idle
         self.lease_extensions = LeaseExtensions(live, ledger, self.events)  # off until configured
+        self.lease_extensions.runtime_caps = self.runtime_caps
         self.views.lease_extensions = self.lease_extensions
         self.moves = Moves(conf, live, ledger, self.checks, self.estimates, self.events, wake, delegated=self.delegated)
         self.admission.on_finished = self.estimates.observe_finished

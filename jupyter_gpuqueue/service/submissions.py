@@ -18,7 +18,7 @@ from ..engine.model import Workload
 from ..errors import Conflict, Forbidden, GpuQueueError, TooManyRequests, ValidationError
 from . import names
 from .notebooks import is_notebook_request
-from .states import DEFAULT_MAX_RUNTIME, PENDING
+from .states import PENDING
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -37,6 +37,13 @@ def _pod_template(doc: dict) -> dict:
     if "podSets" in spec and spec["podSets"]:
         return spec["podSets"][0].get("template") or {}
     return {}
+
+
+def max_exec_field(doc: dict) -> str:
+    """Where a manifest sets its maximum execution time: a Kueue Workload's spec, a Job's label."""
+    if isinstance(doc, dict) and doc.get("kind") == "Workload":
+        return "spec.maximumExecutionTimeSeconds"
+    return "metadata.labels[kueue.x-k8s.io/max-exec-time-seconds]"
 
 
 class Submissions:
@@ -115,7 +122,7 @@ class Submissions:
         if kind == LEASE_KIND and pc_request in (None, ""):
             pc_request = self.lease_priority_class
         priority, pc_name = self.checks.resolve_priority(pc_request)
-        max_runtime = self.checks.max_runtime(request)
+        max_runtime = self.checks.max_runtime(request, ns)
         ps = self.checks.pod_set_from_form(request, cq_name)
         accept_spot = request.get("acceptSpot", False)
         if not isinstance(accept_spot, bool):
@@ -247,7 +254,8 @@ class Submissions:
             from ..backends.k8s_jobs import manifest_spec
 
             self.checks.check_max_quota(wl, self.conf.config.local_queues[lq_key].cluster_queue, "spec.template.spec.containers")
-            wl.maximum_execution_time_seconds = wl.maximum_execution_time_seconds or DEFAULT_MAX_RUNTIME
+            wl.maximum_execution_time_seconds = self.checks.manifest_max_runtime(
+                wl.maximum_execution_time_seconds, wl.namespace, max_exec_field(doc))
             return manifest_spec(doc, wl), wl
         account = self.check_owner_account(user)
         pods = sum(ps.count for ps in wl.pod_sets)
@@ -273,7 +281,7 @@ class Submissions:
         env = {e["name"]: str(e.get("value", "")) for e in c0.get("env") or [] if isinstance(e, dict) and "name" in e}
         cq_name = self.conf.config.local_queues[lq_key].cluster_queue
         self.checks.check_max_quota(wl, cq_name, "spec.template.spec.containers[0].resources")
-        max_runtime = wl.maximum_execution_time_seconds or DEFAULT_MAX_RUNTIME
+        max_runtime = self.checks.manifest_max_runtime(wl.maximum_execution_time_seconds, wl.namespace, max_exec_field(doc))
         wl.maximum_execution_time_seconds = max_runtime
         spec = {
             "podSets": [serialize.pod_set_to_dict(ps) for ps in wl.pod_sets],

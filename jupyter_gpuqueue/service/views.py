@@ -127,7 +127,10 @@ class Views:
         lqs = []
         for key in self.teams.allowed_local_queues(user):
             lq = self.conf.config.local_queues[key]
-            lqs.append({"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue})
+            caps = self.checks.runtime_caps
+            lqs.append({"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue,
+                        # the team's cap on maxRuntimeSeconds (service/runtime_caps.py), null: none
+                        "maxRuntimeSeconds": caps.cap(lq.namespace) if caps is not None else None})
         profiles = sorted(
             {r[len(MIG_PREFIX):] for r in self.checks.known_resources() if r.startswith(MIG_PREFIX)},
             key=lambda p: (int(p.split("g.")[0]), p),
@@ -188,7 +191,7 @@ class Views:
         ns, lq = self.teams.resolve_local_queue(request.get("localQueue"), user)
         cq_name = self.conf.config.local_queues[f"{ns}/{lq}"].cluster_queue
         self.checks.resolve_priority(request.get("priorityClass"))
-        max_runtime = self.checks.max_runtime(request)
+        max_runtime = self.checks.max_runtime(request, ns)
         ps = self.checks.pod_set_from_form(request, cq_name)
         wl = Workload(namespace=ns, name="estimate", queue_name=lq, pod_sets=[ps])
         self.checks.check_max_quota(wl, cq_name, "migProfile" if request.get("migProfile") else "gpus")
@@ -307,7 +310,9 @@ class Views:
         return rec["owner"] if rec else None
 
     def inventory_view(self) -> dict:
-        """GPUs and MIG slices per flavor: free and total, and every device with its holder."""
+        """GPUs and MIG slices per flavor: free and total, and every device with its holder
+        (``assignedTo``: "namespace/name"; ``holder``: {namespace, name, owner, kind, since (its
+        start, else its admission, seconds since the epoch)} or None)."""
         alloc = self.conf.scheduler.allocator
         summary = []
         for fname in sorted(self.conf.config.resource_flavors):
@@ -323,14 +328,29 @@ class Views:
                 summary.append({"flavor": fname, "resource": resource, "free": free, "total": total})
         nodes = []
         owner = alloc.owner if alloc else {}
+        holders: dict[str, Optional[dict]] = {}
+
+        def holder(key: Optional[str]) -> Optional[dict]:
+            # who holds a device, and since when (issue 34 item 11: the grid's owner and running time)
+            if not key:
+                return None
+            if key not in holders:
+                rec = self.live.records.get(self.live.by_key.get(key, ""))
+                holders[key] = None if rec is None else {
+                    "namespace": rec["namespace"], "name": rec["name"], "owner": rec["owner"],
+                    "kind": (rec.get("spec") or {}).get("kind") or "Job",
+                    "since": rec.get("started_at") or rec.get("admitted_at")}
+            return holders[key]
+
         for n in self.inventory.nodes:
             gpus = []
             for g in n.gpus:
+                key = owner.get(f"{n.name}/{g.index}") if g.mig is None else None
                 gd = {"index": g.index, "uuid": g.uuid, "product": g.product, "memoryMiB": g.memory_mib,
-                      "assignedTo": owner.get(f"{n.name}/{g.index}") if g.mig is None else None, "mig": None}
+                      "assignedTo": key, "holder": holder(key), "mig": None}
                 if g.mig is not None:
                     gd["mig"] = [{"uuid": d.uuid, "profile": d.profile, "slices": d.slices,
-                                  "assignedTo": owner.get(d.uuid)} for d in g.mig]
+                                  "assignedTo": owner.get(d.uuid), "holder": holder(owner.get(d.uuid))} for d in g.mig]
                 gpus.append(gd)
             nodes.append({"name": n.name, "labels": dict(n.labels), "gpus": gpus})
         return {"source": self.inventory.source, "summary": summary, "nodes": nodes}

@@ -94,13 +94,19 @@ class Viewer:
             ns = key.split("/", 1)[0]
             return key if self.sees(ns, owner_of(key)) else ns
 
+        def details(d: dict) -> Optional[dict]:
+            h = d.get("holder")
+            if not h or self.sees(h["namespace"], h["owner"]):
+                return h
+            return {**h, "name": None, "owner": None}  # another team's: its namespace, kind and time
+
         nodes = []
         for n in inventory["nodes"]:
             gpus = []
             for g in n["gpus"]:
-                g = {**g, "assignedTo": holder(g["assignedTo"])}
+                g = {**g, "assignedTo": holder(g["assignedTo"]), "holder": details(g)}
                 if g.get("mig"):
-                    g["mig"] = [{**d, "assignedTo": holder(d["assignedTo"])} for d in g["mig"]]
+                    g["mig"] = [{**d, "assignedTo": holder(d["assignedTo"]), "holder": details(d)} for d in g["mig"]]
                 gpus.append(g)
             nodes.append({**n, "gpus": gpus})
         return {**inventory, "nodes": nodes}

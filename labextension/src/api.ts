@@ -186,6 +186,30 @@ export interface ILocalQueueRef {
   namespace: string;
   name: string;
   clusterQueue: string;
+  /** The team's cap on a submission's maximum run time (seconds; null: none). */
+  maxRuntimeSeconds?: number | null;
+}
+
+/** Who holds a device (GET inventory); another team's without its name and owner. */
+export interface IDeviceHolder {
+  namespace: string;
+  name: string | null;
+  owner: string | null;
+  kind: string;
+  /** Its start (else its admission), seconds since the epoch. */
+  since: number | null;
+}
+
+/** Every team's cap on maxRuntimeSeconds (GET admin/runtime-caps). */
+export interface IRuntimeCaps {
+  teams: Array<{
+    namespace: string;
+    maxRuntimeSeconds: number | null;
+    configuredSeconds?: number | null;
+    stored: boolean;
+    updatedAt?: number | null;
+    updatedBy?: string | null;
+  }>;
 }
 
 export interface IPriorityClass {
@@ -658,6 +682,25 @@ export class GpuQueueClient {
   // -- idle notebook GPU reclaim (admin) -------------------------------------------------------
 
   /** Every team's idle policy, the default and the smallest timeout. */
+  runtimeCaps(): Promise<IRuntimeCaps> {
+    return this.request<IRuntimeCaps>('admin/runtime-caps');
+  }
+
+  /** Set a team's cap (seconds; null: no cap); answers every team's. */
+  setRuntimeCap(namespace: string, seconds: number | null): Promise<IRuntimeCaps> {
+    return this.request<IRuntimeCaps>(`admin/runtime-caps/${encodeURIComponent(namespace)}`, {
+      method: 'PUT',
+      body: JSON.stringify({ maxRuntimeSeconds: seconds })
+    });
+  }
+
+  /** Forget a team's stored cap (the configured one applies again). */
+  deleteRuntimeCap(namespace: string): Promise<IRuntimeCaps> {
+    return this.request<IRuntimeCaps>(`admin/runtime-caps/${encodeURIComponent(namespace)}`, {
+      method: 'DELETE'
+    });
+  }
+
   idlePolicies(): Promise<IIdlePolicies> {
     return this.request<IIdlePolicies>('admin/idle-policy');
   }

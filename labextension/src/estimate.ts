@@ -8,7 +8,7 @@
  * "any moment now" or "overdue", never a negative time. Clock times are in the browser's locale.
  */
 import { IFasterOption, IWaitingFor, IWorkload } from './api';
-import { formatUsd } from './format';
+import { formatTime, formatUsd } from './format';
 
 /** What no estimate can foresee (the tooltip, the widget and docs/estimates.md say it). */
 export const ESTIMATE_CAVEAT =
@@ -67,7 +67,7 @@ export function approxDuration(seconds: number): string {
 export function clockTime(epochSeconds: number, nowMs: number = Date.now()): string {
   const at = new Date(epochSeconds * 1000);
   const now = new Date(nowMs);
-  const time = at.toLocaleTimeString([], { hour: 'numeric', minute: '2-digit' });
+  const time = formatTime(epochSeconds);
   if (at.toDateString() === now.toDateString()) {
     return time;
   }

@@ -137,6 +137,31 @@ export function formatDuration(seconds: number): string {
   return sec && m < 10 ? `${m} min ${sec} s` : `${m} min`;
 }
 
+/**
+ * A time of day in the browser's locale, the one format of the whole panel (issue 34 item 10:
+ * "02:00" stood next to "2:00 AM"): "2:05 PM" in en-US, "14:05" in de; `withSeconds` adds them
+ * ("2:05:09 PM") where events seconds apart must be told apart (a job's timeline).
+ */
+export function formatTime(epochSeconds: number, withSeconds = false): string {
+  return new Date(epochSeconds * 1000).toLocaleTimeString([], {
+    hour: 'numeric',
+    minute: '2-digit',
+    ...(withSeconds ? { second: '2-digit' } : {})
+  });
+}
+
+/** {@link formatTime}, after the locale's date where it is not today: "Nov 27, 2:05 PM". */
+export function formatDateTime(epochSeconds: number, withSeconds = false, nowMs: number = Date.now()): string {
+  const at = new Date(epochSeconds * 1000);
+  const time = formatTime(epochSeconds, withSeconds);
+  if (at.toDateString() === new Date(nowMs).toDateString()) {
+    return time;
+  }
+  const sameYear = at.getFullYear() === new Date(nowMs).getFullYear();
+  const day = at.toLocaleDateString([], { day: 'numeric', month: 'short', ...(sameYear ? {} : { year: 'numeric' }) });
+  return `${day}, ${time}`;
+}
+
 /** A running clock: 75 → "1:15", 3725 → "1:02:05". */
 export function formatClock(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));

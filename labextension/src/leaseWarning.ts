@@ -19,6 +19,7 @@ import { Notification } from '@jupyterlab/apputils';
 import { PageConfig } from '@jupyterlab/coreutils';
 
 import { GpuQueueClient, IWorkload } from './api';
+import { formatTime } from './format';
 import { leaseEnd, leaseMaxEnd, QueueModel } from './model';
 
 /** The lease fields of a Workload (docs/rest-api.md, Workload). */
@@ -65,7 +66,7 @@ export function formatTimeLeft(seconds: number): string {
 
 /** The notice once the lease is released (at `endedAt`, seconds since the epoch). */
 export function leaseReleasedText(w: IWorkload, endedAt: number): string {
-  const at = new Date(endedAt * 1000).toLocaleTimeString();
+  const at = formatTime(endedAt);
   return (
     `Your notebook's GPU lease ${w.namespace}/${w.name} was released at ${at}: ` +
     'higher-priority work needed the GPU. Its notebook server stops; start it again from the hub ' +
@@ -97,7 +98,7 @@ export function maxTimeWarningText(w: IWorkload, nowMs: number): string {
 
 /** The notice once a lease reached its maximum time (at `endedAt`, seconds since the epoch). */
 export function maxTimeReachedText(w: IWorkload, endedAt: number): string {
-  const at = new Date(endedAt * 1000).toLocaleTimeString();
+  const at = formatTime(endedAt);
   return (
     `Your notebook's GPU lease ${w.namespace}/${w.name} reached its maximum time at ${at}: its ` +
     'server stops. Start it again from the hub to use a GPU again.'
@@ -147,7 +148,7 @@ export function idleReleasedText(w: IWorkload, endedAt: number): string {
       `for a GPU again. Its kernels were shut down; new ones have no GPU. Lease ${w.namespace}/${w.name}.`
     );
   }
-  const at = new Date(endedAt * 1000).toLocaleTimeString();
+  const at = formatTime(endedAt);
   return (
     `Your notebook's GPU lease ${w.namespace}/${w.name} was released at ${at} because the notebook ` +
     'was idle. Its server stops; start it again from the hub when you need a GPU.'

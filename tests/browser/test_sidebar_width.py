@@ -45,7 +45,7 @@ AXE = REPO / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 FINISHED = ("Succeeded", "Failed", "Cancelled")
 SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
-ADMIN_TABS = ("quotas", "jobs", "priorities", "prices", "idle", "yaml", "audit")
+ADMIN_TABS = ("quotas", "usage", "jobs", "priorities", "prices", "idle", "yaml", "audit")
 
 
 async def use_theme(page, name: str, light: bool) -> None:
@@ -351,6 +351,10 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
                                 await expect(panel.locator("tr[data-price-flavor]").first).to_be_visible()
                             if admin_tab == "jobs":
                                 await expect(panel.locator("[data-admin-job]").first).to_be_visible()
+                            if admin_tab == "usage":  # per-user rows and the teams' waits (issue 34)
+                                await expect(panel.locator(".jp-gpuqueue-usage-users tbody tr").first).to_be_visible()
+                            if admin_tab == "quotas":
+                                await expect(panel.locator("[data-cap-team] input").first).to_be_visible()
                             problems += await audit(page, panel, f"{where}, admin {admin_tab}")
                             problems += await focus_rings(page, panel, f"{where}, admin {admin_tab}")
                             await screenshot(panel, f"panel-admin-{admin_tab}-{width}-{mode}.png")

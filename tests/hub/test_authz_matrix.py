@@ -44,6 +44,7 @@ METHODS = ("get", "post", "put", "patch", "delete")
 LAST = [("PUT", "/budgets/{namespace}"), ("DELETE", "/budgets/{namespace}"),
         ("PUT", "/admin/idle-policy/{namespace}"), ("DELETE", "/admin/idle-policy/{namespace}"),
         ("PUT", "/admin/webhooks/{namespace}"),
+        ("PUT", "/admin/runtime-caps/{namespace}"), ("DELETE", "/admin/runtime-caps/{namespace}"),
         ("DELETE", "/workloads/{namespace}/{name}")]
 
 
@@ -158,6 +159,8 @@ def request_for(hub, method: str, path: str, job: dict) -> tuple[str, dict]:
         kw["json"] = {"busy": False, "idleSeconds": 0}
     elif (method, path) == ("PUT", "/admin/webhooks/{namespace}"):
         kw["json"] = {"url": None}  # none, as by default
+    elif (method, path) == ("PUT", "/admin/runtime-caps/{namespace}"):
+        kw["json"] = {"maxRuntimeSeconds": None}  # no cap, as by default
     return concrete.lstrip("/"), kw
 
 
@@ -199,6 +202,8 @@ def content_problem(hub, role: str, method: str, path: str, body, job: dict) -> 
             "idle": lambda i: i["usedGpuHours"] > 0,
             "months": lambda i: i["namespace"] == "team-a" and i["jobs"] >= 1,
             "daily": lambda i: i["byNamespace"].get("team-a", 0) > 0,
+            # team totals (no names): alice's job was admitted this month
+            "waits": lambda i: i["namespace"] == "team-a" and i["admissions"] >= 1,
         }
         found = any(checks[kind](i) for i in items)
         if kind in ("jobs", "users", "teams") and not sees:

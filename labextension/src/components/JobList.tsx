@@ -13,6 +13,7 @@ import {
   costSoFar,
   describeRequest,
   formatClock,
+  formatDateTime,
   formatUsd,
   isFinished
 } from '../format';
@@ -647,7 +648,7 @@ export function PreemptionLine(props: { w: IWorkload }): JSX.Element | null {
     return null;
   }
   const last = p.last;
-  const when = last?.at ? new Date(last.at * 1000).toLocaleString() : null;
+  const when = last?.at ? formatDateTime(last.at) : null;
   return (
     <div
       className="jp-gpuqueue-preempted"

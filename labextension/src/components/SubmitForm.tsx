@@ -6,7 +6,7 @@
 import * as React from 'react';
 
 import { ApiError, IEstimate, ISubmitRequest, IWorkload, workloadKey } from '../api';
-import { describeEstimate, parseDuration, shellSplit } from '../format';
+import { describeEstimate, formatDuration, parseDuration, shellSplit } from '../format';
 import { ICloneRequest, cloneFormFields, formPrefillRequested } from '../jobpage/opener';
 import { QueueModel } from '../model';
 import { IParameterRow, parametersFromRows, rowsFromParameters } from '../notebookJob';
@@ -157,6 +157,13 @@ export function SubmitForm(props: IProps): JSX.Element {
    * Build the request, or the client-side errors that make it impossible. An estimate does not
    * need the script / command yet (the server validates everything else).
    */
+  /** The cap an admin set on the chosen team's maximum run time (null: none). */
+  const runtimeCap = (): { team: string; seconds: number } | null => {
+    const key = localQueue || info?.defaultLocalQueue || '';
+    const q = info?.localQueues.find(l => `${l.namespace}/${l.name}` === key);
+    return q && q.maxRuntimeSeconds ? { team: q.namespace, seconds: q.maxRuntimeSeconds } : null;
+  };
+
   const build = (
     forEstimate = false
   ): { request: ISubmitRequest | null; errors: Errors } => {
@@ -218,8 +225,12 @@ export function SubmitForm(props: IProps): JSX.Element {
     if (priorityClass) {
       request.priorityClass = priorityClass;
     }
-    if (parseDuration(maxRuntime) === null) {
+    const cap = runtimeCap();
+    const asked = parseDuration(maxRuntime);
+    if (asked === null) {
       errs.maxRuntime = 'A duration such as 90s, 10m, 2h or 1d.';
+    } else if (cap && asked > cap.seconds) {
+      errs.maxRuntime = `At most ${formatDuration(cap.seconds)} for team ${cap.team} (set by an admin).`;
     } else {
       request.maxRuntime = maxRuntime.trim();
     }
@@ -504,8 +515,14 @@ export function SubmitForm(props: IProps): JSX.Element {
             value={maxRuntime}
             spellCheck={false}
             onChange={e => setMaxRuntime(e.target.value)}
+            aria-describedby={runtimeCap() ? 'jp-gpuqueue-maxruntime-cap' : undefined}
           />
           {fieldError('maxRuntime')}
+          {runtimeCap() && !errors.maxRuntime && (
+            <div className="jp-gpuqueue-muted jp-gpuqueue-field-hint" id="jp-gpuqueue-maxruntime-cap">
+              at most {formatDuration((runtimeCap() as { seconds: number }).seconds)}
+            </div>
+          )}
         </label>
       </div>
 

@@ -9,7 +9,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 
 import { ApiError, GpuQueueClient, IWorkload, workloadKey } from '../api';
-import { describeRequest, formatClock, formatUsd, isFinished } from '../format';
+import { describeRequest, formatClock, formatDateTime, formatTime, formatUsd, isFinished } from '../format';
 import { gpuQueueIcon } from '../icon';
 import { QueueModel } from '../model';
 import { PreemptionLine, StateBadge } from '../components/JobList';
@@ -30,19 +30,11 @@ const LOG_POLL_MS = 1000;
 const MAX_LOG_CHARS = 2_000_000;
 
 function time(epoch: number): string {
-  return new Date(epoch * 1000).toLocaleTimeString([], {
-    hour: '2-digit',
-    minute: '2-digit',
-    second: '2-digit'
-  });
+  return formatTime(epoch, true);
 }
 
 function dateTime(epoch: number): string {
-  const d = new Date(epoch * 1000);
-  const today = new Date();
-  return d.toDateString() === today.toDateString()
-    ? time(epoch)
-    : `${d.toLocaleDateString()} ${time(epoch)}`;
+  return formatDateTime(epoch, true);
 }
 
 function errorText(err: unknown): string {

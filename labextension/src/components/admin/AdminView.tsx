@@ -1,6 +1,7 @@
 /**
  * The admin view (shown only when `/info` says `permissions.admin`): ClusterQueue quotas and
- * cohorts, every team's jobs (cancel any), priority classes, prices, idle notebook reclaim per team,
+ * cohorts and each team's maximum run time, usage per user with each team's waits and preemption
+ * losses, every team's jobs (cancel any), priority classes, prices, idle notebook reclaim per team,
  * Kueue YAML import/export, and the audit log. Every change
  * goes through the admin API, which validates it as Kueue does and applies it live; its errors are
  * shown next to the field they name.
@@ -8,17 +9,21 @@
 import * as React from 'react';
 
 import { ApiError, IAdminConfig, IAuditEntry } from '../../api';
+import { formatDateTime } from '../../format';
 import { QueueModel } from '../../model';
 import { AdminJobs } from './AdminJobs';
 import { AuditLog } from './AuditLog';
 import { IdlePolicyEditor } from './IdlePolicy';
 import { PricesEditor, PriorityEditor } from './PriorityAndPrices';
 import { CapacityWarnings, ClusterQueueEditor } from './QuotaEditor';
+import { RuntimeCapsEditor } from './RuntimeCaps';
+import { UsageView } from './UsageView';
 import { YamlPanel } from './YamlPanel';
 
-type Tab = 'quotas' | 'jobs' | 'priorities' | 'prices' | 'idle' | 'yaml' | 'audit';
+type Tab = 'quotas' | 'usage' | 'jobs' | 'priorities' | 'prices' | 'idle' | 'yaml' | 'audit';
 const TABS: Array<[Tab, string]> = [
   ['quotas', 'Quotas'],
+  ['usage', 'Usage'],
   ['jobs', 'Jobs'],
   ['priorities', 'Priorities'],
   ['prices', 'Prices'],
@@ -94,7 +99,7 @@ export function AdminView(props: { model: QueueModel }): JSX.Element {
       {config.stored && (
         <div className="jp-gpuqueue-muted jp-gpuqueue-admin-stored">
           Configuration set by {config.stored.updatedBy},{' '}
-          {new Date(config.stored.updatedAt * 1000).toLocaleString()} (stored; used at restart)
+          {formatDateTime(config.stored.updatedAt)} (stored; used at restart)
         </div>
       )}
       {tab === 'quotas' && (
@@ -110,6 +115,8 @@ export function AdminView(props: { model: QueueModel }): JSX.Element {
             onApplied={applied}
           />
         ))}
+      {tab === 'quotas' && <RuntimeCapsEditor model={model} onApplied={applied} />}
+      {tab === 'usage' && <UsageView model={model} />}
       {tab === 'jobs' && <AdminJobs model={model} onApplied={applied} />}
       {tab === 'priorities' && (
         <PriorityEditor model={model} classes={config.priorityClasses} onApplied={applied} />

@@ -5,6 +5,7 @@
 import * as React from 'react';
 
 import { IAuditEntry } from '../../api';
+import { formatDateTime } from '../../format';
 import { WARNING_STYLE } from './QuotaEditor';
 
 /** Leaves of a JSON value as path → text; list items with a `name` are keyed by it. */
@@ -59,7 +60,7 @@ export function AuditLog(props: { entries: IAuditEntry[]; total: number }): JSX.
               <span>{e.target}</span>
             </div>
             <div className="jp-gpuqueue-muted">
-              {e.actor} · {new Date(e.at * 1000).toLocaleString()}
+              {e.actor} · {formatDateTime(e.at)}
             </div>
             {changes.length > 0 && (
               <ul className="jp-gpuqueue-admin-changes">

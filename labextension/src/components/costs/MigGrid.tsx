@@ -2,17 +2,21 @@
  * The availability grid: every node's GPUs, one row each, drawn over the GPU's seven compute
  * slices. A whole GPU is one cell; a GPU in MIG mode shows each MIG device (1g, 2g, 3g, …) as wide
  * as its slices. Free cells are green, used ones show who holds them (the workload), slices not
- * partitioned into a device are hatched.
+ * partitioned into a device are hatched. Under each node, every held device is listed with its
+ * holder: the user, the team, the workload and how long it has run (issue 34 item 11; another
+ * team's workload by its team alone, as the API shows it).
  */
 import * as React from 'react';
 
-import { IInventory } from '../../api';
+import { IDeviceHolder, IInventory } from '../../api';
+import { formatClock } from '../../format';
 
 interface IMigView {
   uuid: string;
   profile: string;
   slices: number;
   assignedTo: string | null;
+  holder?: IDeviceHolder | null;
 }
 
 interface IGpuView {
@@ -21,6 +25,7 @@ interface IGpuView {
   product: string;
   memoryMiB: number;
   assignedTo: string | null;
+  holder?: IDeviceHolder | null;
   mig: IMigView[] | null;
 }
 
@@ -35,14 +40,51 @@ function holder(key: string | null): string {
   return key ? key.split('/').pop() ?? key : '';
 }
 
-function GpuRow(props: { gpu: IGpuView }): JSX.Element {
+/** "alice · team-a/train · 12:04", or "team-b (another team's) · 3:10". */
+function holderText(h: IDeviceHolder | null | undefined, key: string | null, nowMs: number): string {
+  if (!h) {
+    return key ?? '';
+  }
+  const who = h.name === null ? `${h.namespace} (another team's)` : `${h.owner} · ${h.namespace}/${h.name}`;
+  return h.since ? `${who} · ${formatClock(nowMs / 1000 - h.since)}` : who;
+}
+
+/** One held device in the list under its node: which device, who holds it, for how long. */
+function HolderLine(props: { device: string; holder: IDeviceHolder | null | undefined; assignedTo: string; nowMs: number }): JSX.Element {
+  const h = props.holder;
+  const running = h?.since ? formatClock(props.nowMs / 1000 - h.since) : null;
+  return (
+    <li className="jp-gpuqueue-holder" data-holder={props.assignedTo}>
+      <span className="jp-gpuqueue-holder-device">{props.device}</span>{' '}
+      {h && h.name !== null ? (
+        <>
+          <b className="jp-gpuqueue-holder-owner">{h.owner}</b>
+          <span className="jp-gpuqueue-muted"> · </span>
+          <span className="jp-gpuqueue-holder-name">
+            <span className="jp-gpuqueue-muted">{h.namespace}/</span>
+            {h.name}
+          </span>
+        </>
+      ) : (
+        <span className="jp-gpuqueue-muted">{h ? `${h.namespace} (another team's)` : props.assignedTo}</span>
+      )}
+      {running && (
+        <span className="jp-gpuqueue-holder-time" title={h?.kind === 'NotebookLease' ? 'notebook server running for' : 'running for'}>
+          {' '}· {running}
+        </span>
+      )}
+    </li>
+  );
+}
+
+function GpuRow(props: { gpu: IGpuView; nowMs: number }): JSX.Element {
   const g = props.gpu;
   const cells: JSX.Element[] = [];
   if (g.mig === null) {
     cells.push(
       <div key="whole" className={`jp-gpuqueue-slot ${g.assignedTo ? 'jp-mod-used' : 'jp-mod-free'}`}
         style={{ gridColumn: `span ${SLICES}` }}
-        title={g.assignedTo ? `GPU ${g.index}: used by ${g.assignedTo}` : `GPU ${g.index}: free`}>
+        title={g.assignedTo ? `GPU ${g.index}: ${holderText(g.holder, g.assignedTo, props.nowMs)}` : `GPU ${g.index}: free`}>
         {g.assignedTo ? holder(g.assignedTo) : 'free'}
       </div>
     );
@@ -54,7 +96,7 @@ function GpuRow(props: { gpu: IGpuView }): JSX.Element {
         <div key={d.uuid} className={`jp-gpuqueue-slot ${d.assignedTo ? 'jp-mod-used' : 'jp-mod-free'}`}
           style={{ gridColumn: `span ${Math.max(1, d.slices)}` }}
           data-profile={d.profile}
-          title={`MIG ${d.profile} (${d.uuid}): ${d.assignedTo ? `used by ${d.assignedTo}` : 'free'}`}>
+          title={`MIG ${d.profile} (${d.uuid}): ${d.assignedTo ? holderText(d.holder, d.assignedTo, props.nowMs) : 'free'}`}>
           {d.assignedTo ? holder(d.assignedTo) : d.profile.split('.')[0]}
         </div>
       );
@@ -79,6 +121,15 @@ function GpuRow(props: { gpu: IGpuView }): JSX.Element {
 
 export function MigGrid(props: { inventory: IInventory | null }): JSX.Element | null {
   const nodes = (props.inventory?.nodes ?? []) as INodeView[];
+  const held = nodes.some(n => n.gpus.some(g => g.assignedTo || (g.mig ?? []).some(d => d.assignedTo)));
+  const [nowMs, setNow] = React.useState(Date.now());
+  React.useEffect(() => {
+    if (!held) {
+      return;
+    }
+    const timer = window.setInterval(() => setNow(Date.now()), 1000); // the running times tick
+    return () => window.clearInterval(timer);
+  }, [held]);
   if (nodes.length === 0) {
     return null;
   }
@@ -99,11 +150,37 @@ export function MigGrid(props: { inventory: IInventory | null }): JSX.Element | 
               {n.name} <span className="jp-gpuqueue-muted">· {parts.join(' · ')}</span>
             </div>
             {n.gpus.map(g => (
-              <GpuRow key={g.index} gpu={g} />
+              <GpuRow key={g.index} gpu={g} nowMs={nowMs} />
             ))}
+            <HolderList node={n} nowMs={nowMs} />
           </div>
         );
       })}
     </div>
+  );
+}
+
+/** Every held device of a node, one line each (none: nothing shown). */
+function HolderList(props: { node: INodeView; nowMs: number }): JSX.Element | null {
+  const lines: JSX.Element[] = [];
+  for (const g of props.node.gpus) {
+    if (g.mig === null && g.assignedTo) {
+      lines.push(<HolderLine key={g.uuid} device={`GPU ${g.index}`} holder={g.holder} assignedTo={g.assignedTo} nowMs={props.nowMs} />);
+    }
+    for (const d of g.mig ?? []) {
+      if (d.assignedTo) {
+        lines.push(
+          <HolderLine key={d.uuid} device={`GPU ${g.index} · ${d.profile}`} holder={d.holder} assignedTo={d.assignedTo} nowMs={props.nowMs} />
+        );
+      }
+    }
+  }
+  if (lines.length === 0) {
+    return null;
+  }
+  return (
+    <ul className="jp-gpuqueue-holders" aria-label={`Who holds the devices of ${props.node.name}`}>
+      {lines}
+    </ul>
   );
 }

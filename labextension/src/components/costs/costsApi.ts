@@ -89,7 +89,28 @@ export interface IReport<T> {
   items: T[];
 }
 
-export type ReportKind = 'jobs' | 'users' | 'teams' | 'flavors' | 'idle' | 'months' | 'daily';
+export type ReportKind = 'jobs' | 'users' | 'teams' | 'flavors' | 'idle' | 'months' | 'daily' | 'waits';
+
+/** A row of the users report: one user's usage in one team. */
+export interface IUserUsage {
+  owner: string;
+  namespace: string;
+  jobs: number;
+  gpuHours: number;
+  costUsd: number;
+}
+
+/** A row of the waits report: a team's waits (seconds) and its runs lost to preemption. */
+export interface ITeamWaits {
+  namespace: string;
+  admissions: number;
+  waitMedianSeconds: number | null;
+  waitP90Seconds: number | null;
+  waitMaxSeconds: number | null;
+  preemptions: number;
+  preemptedGpuHours: number;
+  preemptedCostUsd: number;
+}
 
 export function report<T>(
   client: GpuQueueClient,
