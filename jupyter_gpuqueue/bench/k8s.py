@@ -264,6 +264,8 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                 # before the service stops (its helper processes end with it)
                 cpu_after.update(_component_cpu(pids))
                 for pid, name in _children(os.getpid()).items():
+                    if pid in pids.values():
+                        continue  # the control plane and the node stand-in, counted above
                     used = (cpu_seconds(pid) or 0.0) - (helpers_before.get(pid) or 0.0)
                     cpu_after[name] = cpu_after.get(name, 0.0) + used
                     cpu_before.setdefault(name, 0.0)
