@@ -125,6 +125,8 @@ class _Timing:
         self.running: dict[str, float] = {}
         self.finished: dict[str, float] = {}
         waiting: set[str] = set()  # started, Job not created yet (a worker's or a retried start)
+        self.polls = 0
+        self.poll_cpu = 0.0  # CPU seconds of the loop's thread inside the backend's poll
         start, poll = backend.start, backend.poll
 
         def timed_start(spec):
@@ -136,7 +138,10 @@ class _Timing:
             return info
 
         def timed_poll():
+            t = time.thread_time()
             out = poll()
+            self.poll_cpu += time.thread_time() - t
+            self.polls += 1
             now = time.time()
             for st in out:
                 if st.state == "Running":
@@ -257,6 +262,7 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                              before={"stopPolicy": "Hold"}, after={"stopPolicy": "None"})
 
         async def main():
+            loop_cpu = time.thread_time()
             await svc.start()
             try:
                 out = await _drive(svc, timing, n, batch, command, namespaces, timeout, clients,
@@ -269,6 +275,7 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                     used = (cpu_seconds(pid) or 0.0) - (helpers_before.get(pid) or 0.0)
                     cpu_after[name] = cpu_after.get(name, 0.0) + used
                     cpu_before.setdefault(name, 0.0)
+                out["loopCpu"] = time.thread_time() - loop_cpu
                 return out
             finally:
                 await svc.stop()
@@ -308,6 +315,9 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
             "errors": r["errors"], "errorCount": len(r["errors"]) + sum(api_errors.values()),
             "nodeAgent": node_counters, "loadAverage": os.getloadavg(), "loadAverageBefore": load_before,
             "cpuSeconds": cpu, "cpuCount": os.cpu_count(),
+            # the service's loop thread (scheduling, the backend's poll, the clients' coroutines)
+            "loopCpuSeconds": round(r["loopCpu"], 1), "polls": timing.polls,
+            "pollCpuSeconds": round(timing.poll_cpu, 1),
             "python": sys.version.split()[0],
         }
     finally:
@@ -362,4 +372,6 @@ def format_k8s(r: dict) -> str:
         f"  load average        before {tuple(round(x, 2) for x in r.get('loadAverageBefore') or ())}, "
         f"after {tuple(round(x, 2) for x in r['loadAverage'])} ({r.get('cpuCount')} CPUs)",
         "  CPU seconds         " + ", ".join(f"{k} {v}" for k, v in (r.get("cpuSeconds") or {}).items()),
+        f"  queue's loop        {r.get('loopCpuSeconds')} CPU s, of which the backend's poll {r.get('pollCpuSeconds')} "
+        f"in {r.get('polls')} polls",
     ])
