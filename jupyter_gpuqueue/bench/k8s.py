@@ -375,3 +375,19 @@ def format_k8s(r: dict) -> str:
         f"  queue's loop        {r.get('loopCpuSeconds')} CPU s, of which the backend's poll {r.get('pollCpuSeconds')} "
         f"in {r.get('polls')} polls",
     ])
+
+
+def format_k8s_runs(runs: list[dict]) -> str:
+    """Several runs side by side (``--repeat``): admissions/s with the load average each ran
+    under, and the CPU milliseconds per workload of each component (load-independent)."""
+    lines = [f"{len(runs)} runs: admissions/s (load average before -> after)"]
+    for i, r in enumerate(runs, 1):
+        before = round((r.get("loadAverageBefore") or (float("nan"),))[0], 2)
+        lines.append(f"  run {i}: {r['admissionsPerSecond']}  (load {before} -> {round(r['loadAverage'][0], 2)})")
+    rates = sorted(r["admissionsPerSecond"] for r in runs)
+    lines.append(f"  median {rates[len(rates) // 2]}, min {rates[0]}, max {rates[-1]}")
+    lines.append("CPU ms per workload, per run")
+    for name in runs[0].get("cpuSeconds") or {}:
+        per = [round(1000 * (r["cpuSeconds"].get(name) or 0.0) / max(1, r["workloads"]), 1) for r in runs]
+        lines.append(f"  {name:<26} {per}")
+    return "\n".join(lines)
