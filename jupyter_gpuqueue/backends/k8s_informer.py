@@ -17,6 +17,12 @@ recomputes what it needs (level-triggered, so a missed or repeated event cannot 
 The last state of each deleted object is kept for a while (:meth:`Informer.last_state`, the newest
 ``tombstones`` of them): an object that finished and was deleted between two reads of the cache (a
 Job removed by ``ttlSecondsAfterFinished``) still tells how it ended.
+
+With ``index_label`` the cache is also indexed by that label's value (client-go's indexers):
+:meth:`Informer.by_label` gives the objects carrying a value without a scan, and
+:meth:`Informer.take_changed` the values whose objects were added, changed or deleted since it was
+last called (None after a list: everything may have changed), so that an owner with thousands of
+objects looks again only at those that moved.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ class Informer:
     def __init__(self, client: KubeClient, path: str, label_selector: Optional[str] = None, *,
                  field_selector: Optional[str] = None,
                  on_change: Optional[Callable[[], None]] = None, watch_timeout: int = 300,
-                 max_backoff: float = 30.0, name: str = "", tombstones: int = 2000):
+                 max_backoff: float = 30.0, name: str = "", tombstones: int = 2000,
+                 index_label: Optional[str] = None):
         self.client = client
         self.path = path
         self.label_selector = label_selector
@@ -58,6 +65,9 @@ class Informer:
         self._objects: dict[str, dict] = {}
         self._gone: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
         self.tombstones = tombstones
+        self.index_label = index_label
+        self._index: dict[str, dict[str, dict]] = {}  # label value -> key -> object
+        self._changed: Optional[set[str]] = None  # label values changed since take_changed (None: all)
         self.resource_version = ""
         self.synced = threading.Event()
         self.relists = 0  # how many times the collection was listed (1 + one per 410 / error)
@@ -74,6 +84,44 @@ class Informer:
     def get(self, namespace: str, name: str) -> Optional[dict]:
         with self._lock:
             return self._objects.get(f"{namespace}/{name}")
+
+    def by_label(self, value: str) -> list[dict]:
+        """The objects whose ``index_label`` is ``value`` (needs ``index_label``)."""
+        with self._lock:
+            return list((self._index.get(value) or {}).values())
+
+    def take_changed(self) -> Optional[set[str]]:
+        """The ``index_label`` values of the objects added, changed or deleted since the last call
+        (a deleted object's value too), and start a new set; None when the collection was listed
+        since (everything may have changed) or before the first call."""
+        with self._lock:
+            out, self._changed = self._changed, set()
+            return out
+
+    def _label(self, obj: dict) -> Optional[str]:
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(self.index_label)
+
+    def _unindex(self, key: str, obj: Optional[dict]) -> None:
+        if obj is None:
+            return
+        value = self._label(obj)
+        if value is None:
+            return
+        objs = self._index.get(value)
+        if objs is not None:
+            objs.pop(key, None)
+            if not objs:
+                del self._index[value]
+        if self._changed is not None:
+            self._changed.add(value)
+
+    def _reindex(self, key: str, obj: dict) -> None:
+        value = self._label(obj)
+        if value is None:
+            return
+        self._index.setdefault(value, {})[key] = obj
+        if self._changed is not None:
+            self._changed.add(value)
 
     def last_state(self, namespace: str, name: str) -> Optional[dict]:
         """The object as last seen before it was deleted (None: not deleted lately, or unknown)."""
@@ -117,6 +165,11 @@ class Informer:
             for k in fresh:
                 self._gone.pop(k, None)
             self._objects = fresh
+            if self.index_label is not None:
+                self._index = {}
+                for k, o in fresh.items():
+                    self._reindex(k, o)
+                self._changed = None
             self.resource_version = rv
         if self.relists:
             log.info("kubernetes informer %s: listed again (%d objects, resourceVersion %s)", self.name,
@@ -129,12 +182,20 @@ class Informer:
         typ, obj = ev.get("type"), ev.get("object") or {}
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         with self._lock:
+            key = _key(obj)
             if typ in ("ADDED", "MODIFIED"):
-                self._objects[_key(obj)] = obj
-                self._gone.pop(_key(obj), None)
+                old = self._objects.get(key)
+                self._objects[key] = obj
+                self._gone.pop(key, None)
+                if self.index_label is not None:
+                    self._unindex(key, old)
+                    self._reindex(key, obj)
             elif typ == "DELETED":
-                self._objects.pop(_key(obj), None)
-                self._bury(_key(obj), obj)
+                old = self._objects.pop(key, None)
+                self._bury(key, obj)
+                if self.index_label is not None:
+                    self._unindex(key, old if old is not None else obj)
+                    self._unindex(key, obj)
             if rv:
                 self.resource_version = rv
         if typ != "BOOKMARK":

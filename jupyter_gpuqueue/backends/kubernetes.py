@@ -27,6 +27,9 @@ creates of ``start_concurrency`` worker threads excepted):
   ``k8s_informer``; resumed from resourceVersion, re-listed after ``410 Gone``) and reports, once
   each: ``Running`` (a Pod runs), ``Waiting`` (a Pod cannot start: message), ``Succeeded`` (Job
   condition ``Complete``), ``Failed`` (condition ``Failed``, with the container's exit code).
+  Between two sweeps of every run (``sweep_interval``, 1 s) it looks again only at the runs whose
+  Job or Pods changed since the last poll (the informers' index by our workload-uid label), so that
+  a watch event costs one run's observation, not one per run tracked (BENCHMARKS.md, bench k8s).
 - :meth:`KubernetesBackend.adopt` after a restart finds the Job by our uid label.
 - A Job that cannot create its Pods (the Job controller's ``FailedCreate`` events: a PriorityClass
   missing from the cluster, a ResourceQuota, Pod Security) shows the event's message on the
@@ -184,8 +187,10 @@ class KubernetesBackend:
                       if start_concurrency and start_concurrency > 0 else None)
         self._started: "queue.SimpleQueue[tuple[_Run, Optional[BaseException]]]" = queue.SimpleQueue()
         self._runs: dict[str, _Run] = {}
-        self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs")
-        self.pods = Informer(self.client, path_for(*PODS), SELECTOR, name="pods")
+        # Indexed by our workload-uid label: poll looks again only at the runs whose Job or Pods
+        # moved (and at every run once per sweep_interval).
+        self.jobs = Informer(self.client, path_for(*JOBS), SELECTOR, name="jobs", index_label=UID_LABEL)
+        self.pods = Informer(self.client, path_for(*PODS), SELECTOR, name="pods", index_label=UID_LABEL)
         # The Job controller's FailedCreate events (events carry no labels of ours: field-selected).
         self.events = Informer(self.client, path_for(*EVENTS), None, field_selector=FAILED_CREATE, name="events")
         # Nodes: a Pod on a Node that is not Ready does not run (waitForPodsReady, eviction).
@@ -195,8 +200,13 @@ class KubernetesBackend:
         self._informers = [self.jobs, self.pods, self.events, self.nodes, self.priority_classes]
         self.pods_ready = PodsReadyWatch(self.nodes, pods_ready_timeout, pods_ready_recovery_timeout)
         self._node_map: Optional[dict] = None
-        for inf in (self.jobs, self.pods, self.events):
+        for inf in (self.jobs, self.pods):
             inf.on_change = self._changed
+        self.events.on_change = self._events_changed
+        self._last_sweep = -float("inf")  # when poll last looked at every run (clock seconds)
+        self._sweep_due = True  # a Node or a FailedCreate event changed: look at every run soon
+        self._touched: set[str] = set()  # runs to look at in the next poll (a write done, a start)
+        self._seen_uids: set[str] = set()  # the runs the last poll knew
         self.nodes_version = 0  # counts the Node watch's changes (the service follows them)
         self.nodes.on_change = self._nodes_changed
         self._gating = [self.jobs, self.pods]  # poll reports nothing until these have listed
@@ -235,6 +245,11 @@ class KubernetesBackend:
 
     def _nodes_changed(self) -> None:
         self.nodes_version += 1
+        self._sweep_due = True  # which Pods are lost depends on every Node
+        self._changed()
+
+    def _events_changed(self) -> None:
+        self._sweep_due = True  # a FailedCreate event names its Job, not our label
         self._changed()
 
     def start_informers(self) -> None:
@@ -364,6 +379,7 @@ class KubernetesBackend:
             run.inflight = False
             if self._runs.get(run.uid) is not run:
                 continue
+            self._touched.add(run.uid)
             if err is None:
                 run.op = None
                 out.append(RunStatus(run.uid, STARTED, None, now, "", details={"run": self._run_info(run).to_json()}))
@@ -601,6 +617,7 @@ class KubernetesBackend:
         self._try(run, "suspend")
 
     def _try(self, run: _Run, op: str) -> None:
+        self._touched.add(run.uid)
         try:
             self._do(run, op)
             run.op = None
@@ -667,6 +684,7 @@ class KubernetesBackend:
             if run.op is None or run.inflight or now < run.op_next:
                 continue
             op = run.op
+            self._touched.add(run.uid)
             try:
                 self._do(run, op)
                 run.op = None
@@ -688,13 +706,33 @@ class KubernetesBackend:
         return out
 
     # -- observing ----------------------------------------------------------------------------------
-    def _pods_by_uid(self) -> dict[str, list[dict]]:
-        out: dict[str, list[dict]] = {}
-        for p in self.pods.snapshot():
-            uid = ((p.get("metadata") or {}).get("labels") or {}).get(UID_LABEL)
-            if uid:
-                out.setdefault(uid, []).append(p)
-        return out
+    # Every run is looked at again at least this often (seconds): what depends on time (the
+    # PodsReady timeout, a Job not seen 30 s after its start) and what no label of ours points to.
+    sweep_interval = 1.0
+    # Between sweeps, poll looks only at the runs whose Job or Pods changed (the Kueue backend,
+    # whose runs also follow Kueue's Workloads and positions, looks at every run every time).
+    incremental = True
+
+    def _to_observe(self, now: float) -> list[str]:
+        """The runs poll looks at now: all of them at a sweep (every ``sweep_interval``, after a
+        list of Jobs or Pods, soon after a Node or FailedCreate event changed), else those whose
+        Job or Pods were added, changed or deleted since the last poll, those it did not know
+        (new or adopted), and those a write or a start was done for. Level-triggered either way:
+        each run looked at is judged from the caches as they are."""
+        changed_jobs, changed_pods = self.jobs.take_changed(), self.pods.take_changed()
+        touched, self._touched = self._touched, set()
+        runs = self._runs
+        sweep = (not self.incremental or changed_jobs is None or changed_pods is None
+                 or now - self._last_sweep >= self.sweep_interval
+                 or (self._sweep_due and now - self._last_sweep >= self.sweep_interval / 4))
+        if sweep:
+            self._last_sweep, self._sweep_due = now, False
+            uids = list(runs)
+        else:
+            new = runs.keys() - self._seen_uids
+            uids = [u for u in (changed_jobs | changed_pods | touched | new) if u in runs]
+        self._seen_uids = set(runs)
+        return uids
 
     def _observe(self, run: _Run, job: Optional[dict], pods: list[dict], now: float) -> list[RunStatus]:
         """What to report about one run (base: Job and Pods; the Kueue backend adds Workloads)."""
@@ -830,18 +868,18 @@ class KubernetesBackend:
             # (events only add messages, nodes and priority classes only refine: a role without
             # them must not stall the queue)
             return out
-        pods = self._pods_by_uid()
         self._node_map = None
         for run in list(self._runs.values()):
             while run.notices:
                 out.append(RunStatus(run.uid, WAITING, None, now, run.notices.pop(0)))
-        for uid, run in list(self._runs.items()):
-            if run.op == "start":
+        for uid in self._to_observe(now):
+            run = self._runs.get(uid)
+            if run is None or run.op == "start":
                 continue
             job = self.jobs.get(run.namespace, run.name)
             if job is not None and ((job.get("metadata") or {}).get("labels") or {}).get(UID_LABEL) != uid:
                 job = None
-            for st in self._observe(run, job, pods.get(uid, []), now):
+            for st in self._observe(run, job, self.pods.by_label(uid), now):
                 out.append(st)
                 if st.state in (SUCCEEDED, FAILED, EVICTED):
                     self._runs.pop(uid, None)
@@ -921,7 +959,7 @@ class KubernetesBackend:
         beyond them. No Pod yet (or gone), or its container not started: ``(b"", 0, False)``.
         Called off the event loop (a request to the API server). Raises GpuQueueError for any
         other API error."""
-        pods = self._pods_by_uid().get(uid) or []
+        pods = self.pods.by_label(uid)
         if not pods:  # the Pod watch may lag behind the Job's: ask the API server
             try:
                 pods, _ = self.client.list(path_for(*PODS), f"{SELECTOR},{UID_LABEL}={uid}")

@@ -62,6 +62,7 @@ class KueueBackend(KubernetesBackend):
 
     delegates_admission = True
     resume_on_adopt = False  # Kueue owns spec.suspend
+    incremental = False  # a run follows its Workload and Kueue's positions too: every run, every poll
     access_kinds = ("kueue",)
 
     def __init__(self, client, *, kueue_version: str = "v1beta1", visibility_version: Optional[str] = None,

@@ -124,6 +124,9 @@ def add_bench_parser(sub, server_parent) -> None:
     k.add_argument("--kube-api-qps", type=positive_int, default=500,
                    help="client QPS of the controller-manager and scheduler (500; upstream default 20)")
     k.add_argument("--keep", action="store_true", help="keep the cluster's folder (logs)")
+    k.add_argument("--repeat", type=positive_int, default=1,
+                   help="run it this many times, each on a fresh control plane, then the figures side by side "
+                   "(BENCHMARKS.md measures 3 runs); with --json, a list")
     k.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
 
 
@@ -170,18 +173,25 @@ def cmd_bench(args, out: TextIO, err: TextIO, stdin: TextIO) -> int:
 
     if args.bench == "k8s":
         from ..devcluster.assets import missing_reason
-        from .k8s import format_k8s, run_k8s_bench
+        from .k8s import format_k8s, format_k8s_runs, run_k8s_bench
 
         reason = missing_reason()
         if reason:
             print(f"bench k8s: no Kubernetes control plane: {reason}", file=err)
             return 2
-        r = run_k8s_bench(args.n, nodes=args.nodes, gpus_per_node=args.gpus_per_node, batch=args.batch,
-                          clients=args.clients, backlog=args.backlog, start_concurrency=args.start_concurrency,
-                          command=shlex.split(args.job_command), kube_api_qps=args.kube_api_qps, keep=args.keep)
-        print(format_k8s(r), file=out)
-        _write_json(args, r, out)
-        return 0 if r["errorCount"] == 0 and r["succeeded"] == args.n else 1
+        runs = []
+        for i in range(args.repeat):
+            r = run_k8s_bench(args.n, nodes=args.nodes, gpus_per_node=args.gpus_per_node, batch=args.batch,
+                              clients=args.clients, backlog=args.backlog, start_concurrency=args.start_concurrency,
+                              command=shlex.split(args.job_command), kube_api_qps=args.kube_api_qps, keep=args.keep)
+            runs.append(r)
+            if args.repeat > 1:
+                print(f"run {i + 1} of {args.repeat}", file=out)
+            print(format_k8s(r), file=out, flush=True)
+        if args.repeat > 1:
+            print(format_k8s_runs(runs), file=out)
+        _write_json(args, runs if args.repeat > 1 else runs[0], out)
+        return 0 if all(r["errorCount"] == 0 and r["succeeded"] == args.n for r in runs) else 1
     if args.bench == "eta":
         from . import stream as _stream
         from .eta import cluster_yaml, format_eta, run_eta

@@ -22,9 +22,10 @@ submission to the Job created ("resumed") and to the first Running report, to Su
 requests the queue sent per workload, by verb (watches apart), and its API errors; workloads
 that did not succeed. Beside them, what they ran under: the load average before and after the run,
 and the CPU seconds each component used during it (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, the node stand-in, and this process: the queue service with the submitting
-clients), from ``/proc/<pid>/stat`` (utime + stime); a figure measured on a loaded machine is
-not comparable with one from an idle one. Timings are reported, never checked.
+kube-scheduler, the node stand-in, this process: the queue service with the submitting
+clients, and its helper processes alive at the end of the run: the estimates' worker), from
+``/proc/<pid>/stat`` (utime + stime); a figure measured on a loaded machine is not comparable with
+one from an idle one, the CPU seconds per workload are. Timings are reported, never checked.
 """
 
 from __future__ import annotations
@@ -53,6 +54,28 @@ def cpu_seconds(pid: int) -> Optional[float]:
 
 def _component_cpu(pids: dict[str, int]) -> dict[str, Optional[float]]:
     return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> name of the live child processes of ``pid`` (``/proc``; {} elsewhere): the queue's
+    own helpers (the estimates' worker process) and the commands of local jobs."""
+    out: dict[int, str] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return out
+    for e in entries:
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                head, _, rest = f.read().rpartition(")")
+            if int(rest.split()[1]) != pid:
+                continue
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(e)] = "estimates worker" if "estimate_worker_main" in cmd else head.partition("(")[2]
+    return out
 
 
 def _cluster_yaml(quota: int, namespaces: int, hold: bool = False) -> str:
@@ -101,25 +124,37 @@ class _Timing:
         self.resumed: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.finished: dict[str, float] = {}
+        waiting: set[str] = set()  # started, Job not created yet (a worker's or a retried start)
+        self.polls = 0
+        self.poll_cpu = 0.0  # CPU seconds of the loop's thread inside the backend's poll
         start, poll = backend.start, backend.poll
 
         def timed_start(spec):
             info = start(spec)
             if backend._runs.get(spec.uid) is not None and backend._runs[spec.uid].op is None:
                 self.resumed.setdefault(spec.uid, time.time())
+            elif spec.uid not in self.resumed:
+                waiting.add(spec.uid)
             return info
 
         def timed_poll():
+            t = time.thread_time()
             out = poll()
+            self.poll_cpu += time.thread_time() - t
+            self.polls += 1
             now = time.time()
             for st in out:
                 if st.state == "Running":
                     self.running.setdefault(st.uid, now)
                 elif st.state in ("Succeeded", "Failed"):
                     self.finished.setdefault(st.uid, now)
-            for uid, run in backend._runs.items():  # starts retried from poll
-                if run.op is None and uid not in self.resumed and run.resumed_at is not None:
-                    self.resumed[uid] = now
+            for uid in list(waiting):  # starts done by the workers, or retried from poll
+                run = backend._runs.get(uid)
+                if run is None:
+                    waiting.discard(uid)
+                elif run.op is None and run.resumed_at is not None:
+                    self.resumed.setdefault(uid, now)
+                    waiting.discard(uid)
             return out
 
         backend.start, backend.poll = timed_start, timed_poll
@@ -215,6 +250,8 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
         pids = {**cp.pids(), "node stand-in": agent.pid, "queue service + clients": os.getpid()}
         load_before = os.getloadavg()
         cpu_before = _component_cpu(pids)
+        helpers_before = {pid: cpu_seconds(pid) for pid in _children(os.getpid())}
+        cpu_after: dict = {}
 
         def release():
             import copy
@@ -225,17 +262,27 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
                              before={"stopPolicy": "Hold"}, after={"stopPolicy": "None"})
 
         async def main():
+            loop_cpu = time.thread_time()
             await svc.start()
             try:
-                return await _drive(svc, timing, n, batch, command, namespaces, timeout, clients,
-                                    release if backlog else None)
+                out = await _drive(svc, timing, n, batch, command, namespaces, timeout, clients,
+                                   release if backlog else None)
+                # before the service stops (its helper processes end with it)
+                cpu_after.update(_component_cpu(pids))
+                for pid, name in _children(os.getpid()).items():
+                    if pid in pids.values():
+                        continue  # the control plane and the node stand-in, counted above
+                    used = (cpu_seconds(pid) or 0.0) - (helpers_before.get(pid) or 0.0)
+                    cpu_after[name] = cpu_after.get(name, 0.0) + used
+                    cpu_before.setdefault(name, 0.0)
+                out["loopCpu"] = time.thread_time() - loop_cpu
+                return out
             finally:
                 await svc.stop()
 
         r = asyncio.run(main())
-        cpu_after = _component_cpu(pids)
         cpu = {k: round(cpu_after[k] - cpu_before[k], 1) if cpu_after.get(k) is not None
-               and cpu_before.get(k) is not None else None for k in pids}
+               and cpu_before.get(k) is not None else None for k in cpu_after}
         agent.stdin.close()
         node_counters.update(json.loads(agent.stdout.readline() or "{}"))
         counts = {k: v - before.get(k, 0) for k, v in k8s.client.counts.items()}
@@ -268,6 +315,9 @@ def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, ba
             "errors": r["errors"], "errorCount": len(r["errors"]) + sum(api_errors.values()),
             "nodeAgent": node_counters, "loadAverage": os.getloadavg(), "loadAverageBefore": load_before,
             "cpuSeconds": cpu, "cpuCount": os.cpu_count(),
+            # the service's loop thread (scheduling, the backend's poll, the clients' coroutines)
+            "loopCpuSeconds": round(r["loopCpu"], 1), "polls": timing.polls,
+            "pollCpuSeconds": round(timing.poll_cpu, 1),
             "python": sys.version.split()[0],
         }
     finally:
@@ -322,4 +372,22 @@ def format_k8s(r: dict) -> str:
         f"  load average        before {tuple(round(x, 2) for x in r.get('loadAverageBefore') or ())}, "
         f"after {tuple(round(x, 2) for x in r['loadAverage'])} ({r.get('cpuCount')} CPUs)",
         "  CPU seconds         " + ", ".join(f"{k} {v}" for k, v in (r.get("cpuSeconds") or {}).items()),
+        f"  queue's loop        {r.get('loopCpuSeconds')} CPU s, of which the backend's poll {r.get('pollCpuSeconds')} "
+        f"in {r.get('polls')} polls",
     ])
+
+
+def format_k8s_runs(runs: list[dict]) -> str:
+    """Several runs side by side (``--repeat``): admissions/s with the load average each ran
+    under, and the CPU milliseconds per workload of each component (load-independent)."""
+    lines = [f"{len(runs)} runs: admissions/s (load average before -> after)"]
+    for i, r in enumerate(runs, 1):
+        before = round((r.get("loadAverageBefore") or (float("nan"),))[0], 2)
+        lines.append(f"  run {i}: {r['admissionsPerSecond']}  (load {before} -> {round(r['loadAverage'][0], 2)})")
+    rates = sorted(r["admissionsPerSecond"] for r in runs)
+    lines.append(f"  median {rates[len(rates) // 2]}, min {rates[0]}, max {rates[-1]}")
+    lines.append("CPU ms per workload, per run")
+    for name in runs[0].get("cpuSeconds") or {}:
+        per = [round(1000 * (r["cpuSeconds"].get(name) or 0.0) / max(1, r["workloads"]), 1) for r in runs]
+        lines.append(f"  {name:<26} {per}")
+    return "\n".join(lines)

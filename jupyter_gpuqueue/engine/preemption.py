@@ -17,6 +17,13 @@ Classical preemption follows Kueue ``pkg/scheduler/preemption/classical_strategy
 - **Attempts**: with or without the preemptor borrowing, in Kueue's order.
 - **Minimal set**: remove valid candidates in order until the preemptor fits; then *fill back* in
   reverse, keeping out only the victims without which it would not fit.
+- **Each preemptor's victims are its own** (ours, with ``SchedulerOptions.preemptor_first``, which
+  the live service turns on): a workload being evicted for another preemptor that still waits for
+  it is no candidate (:meth:`Preemptor.claimed_by_another`). Kueue takes such a workload as a
+  candidate, ordered first, and the two preemptors then wait on the same victim; whichever is
+  ordered first takes its quota, and the other preempts again: two victims recorded as preempted by
+  the same preemptor, one of them having freed its quota for the other (issue 33). Once its
+  preemptor is admitted or gone, a workload still being evicted is a candidate again (first).
 
 Fair-sharing preemption lives in ``fairsharing``. Everything is simulated on the live quota tree and
 restored before returning.
@@ -96,17 +103,30 @@ class Preemptor:
     def __init__(self, sched: AdmittedState):
         self.sched = sched
 
+    def claimed_by_another(self, key: str, wl: Workload) -> bool:
+        """``key`` is being evicted for another preemptor that still waits for it (pending), and
+        preemptors keep their own victims (``SchedulerOptions.preemptor_first``): not a candidate
+        for ``wl`` (module docstring)."""
+        s = self.sched
+        preemptor = s.evicting.get(key)
+        if preemptor is None or preemptor == wl.key:
+            return False
+        options = getattr(s, "options", None)
+        if options is None or not options.preemptor_first:
+            return False
+        return preemptor in s.workloads and preemptor not in s.admitted
+
     # -- candidates --------------------------------------------------------------------------------
     def find_candidates(self, wl: Workload, cq: ClusterQueue, frs: set[FlavorResource]) -> list[str]:
         s = self.sched
         admitted, usage_of = s.admitted, s.usage_of
         frs_t = tuple(frs)
 
-        def uses(key: str) -> bool:  # Kueue workloadUsesResources
+        def uses(key: str) -> bool:  # Kueue workloadUsesResources (and not another's victim)
             u = usage_of[key]
             for fr in frs_t:
                 if fr in u:
-                    return True
+                    return not (key in s.evicting and self.claimed_by_another(key, wl))
             return False
 
         out: list[str] = []
@@ -251,6 +271,8 @@ class Preemptor:
                 return None
             cand = s.admitted[key]
             if too_high(cand, same_cq):
+                return None
+            if key in s.evicting and self.claimed_by_another(key, wl):
                 return None
             if same_cq:
                 return _WITHIN_CQ

@@ -29,6 +29,7 @@ class AdmittedState(Protocol):
     usage_of: dict[str, dict[FlavorResource, int]]  # key -> quota usage
     admit_time: dict[str, Optional[float]]  # key -> admission time (None: unknown)
     evicting: dict[str, str]  # victim key -> preemptor key
+    workloads: dict[str, Workload]  # key -> every workload it knows (pending or admitted)
 
 
 IN_CLUSTER_QUEUE = "InClusterQueue"

@@ -78,8 +78,10 @@ class SchedulerOptions:
     # freed. 0 requeues at once (``simulate``, where no time passes, and the live service).
     requeue_batch_seconds: float = 1.0
     # Ours, off by default: in a cycle, a preemptor whose victims are gone and that now fits is
-    # taken before every other entry, so that no other workload takes the quota its preemptions
-    # freed. Without it (Kueue v0.14), a workload ordered before the preemptor (older, or not
+    # taken before every other entry (those whose victims are all gone before those still waiting
+    # for some), so that no other workload takes the quota its preemptions freed; and a workload
+    # being evicted for a preemptor that still waits is no candidate for another (each
+    # preemptor's victims are its own: ``preemption.Preemptor.claimed_by_another``). Without it (Kueue v0.14), a workload ordered before the preemptor (older, or not
     # borrowing) can take that quota, and with ``reclaimWithinCohort: Any`` on one ClusterQueue the
     # victim may then reclaim it back and be preempted again, forever (a livelock of the kind of
     # Kueue issue #2821; docs/engine.md). The live service turns it on.
@@ -452,6 +454,10 @@ class Scheduler:
             return result
 
         preemptor_first = self.options.preemptor_first
+        # Preemptors some of whose own victims still run: the quota free now is not theirs (it
+        # was freed by another preemptor's victims, or by a job's end), so the ready preemptors
+        # whose victims are all gone go first (each victim's quota to its own preemptor).
+        still_waiting = set(self.evicting.values()) if preemptor_first else set()
 
         def ready_preemptor(e: _Entry) -> bool:
             return (e.assignment is not None and e.assignment.mode == FIT
@@ -462,7 +468,7 @@ class Scheduler:
                 borrows = e.assignment.borrowing_level if e.assignment is not None else 0
                 e.sort_key = (borrows, -e.wl.priority, e.wl.order_time, e.wl.uid or e.wl.key)
                 if preemptor_first:
-                    e.sort_key = (not ready_preemptor(e),) + e.sort_key
+                    e.sort_key = (not ready_preemptor(e), e.wl.key in still_waiting) + e.sort_key
             return e.sort_key
 
         # Entries of one ClusterQueue (several only with heads_per_cluster_queue > 1) are taken in

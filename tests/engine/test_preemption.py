@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from jupyter_gpuqueue.engine.model import GPU, BorrowWithinCohort, ClusterQueuePreemption
-from jupyter_gpuqueue.engine.scheduler import Scheduler
+from jupyter_gpuqueue.engine.scheduler import Scheduler, SchedulerOptions
 
 from builders import admitted, make_config, make_cq, wl
 
@@ -170,3 +171,57 @@ def test_kueue_order_can_livelock_and_preemptor_first_breaks_it():
     assert admitted(ours) == {"w1", "w2", "w4"}  # the preemptor got the quota its victim freed
     assert ours.workloads["ns-one/w0"].evictions == 1
     assert ours.reason("ns-two/w3")[0] == "NoFit"
+
+
+def _two_reclaimers(fair=False):
+    """Two lenders ``a`` and ``b`` (1 GPU each, ``reclaimWithinCohort: Any``) whose quota the
+    borrowers x and y of ``c`` (nominal 0) hold; each lender's owner comes back to reclaim it."""
+    a = preempting(make_cq("a", [("a100", 1)], cohort="co"), reclaim_within_cohort="Any")
+    b = preempting(make_cq("b", [("a100", 1)], cohort="co"), reclaim_within_cohort="Any")
+    config = make_config(a, b, make_cq("c", [("a100", 0)], cohort="co"))
+    config.fair_sharing.enable = fair
+    s = Scheduler(config, options=SchedulerOptions(requeue_batch_seconds=0.0, preemptor_first=True))
+    s.add_workload(wl("c", "x", 1, t=1.0))
+    s.schedule(1.0)
+    s.add_workload(wl("c", "y", 1, t=2.0))
+    s.schedule(2.0)
+    assert admitted(s) == {"x", "y"}
+    return s
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["classical", "fair-sharing"])
+def test_each_reclaimer_takes_its_own_victim_and_gets_its_quota(fair):
+    # Issue 33 item 7: reclaimer ra (older, lower priority) chose y; rb (higher priority) came a
+    # cycle later. Had rb waited on y too (Kueue orders victims already being evicted first), y's
+    # quota would have gone to rb (ordered first) and ra would have preempted x: both victims
+    # recorded as preempted by ra, rb having taken y's quota.
+    s = _two_reclaimers(fair)
+    s.add_workload(wl("a", "ra", 1, prio=1, t=3.0))
+    r = s.schedule(3.0)
+    assert [(p.victim, p.preemptor) for p in r.preempted] == [("ns-c/y", "ns-a/ra")]
+    s.add_workload(wl("b", "rb", 1, prio=5, t=4.0))
+    r = s.schedule(4.0)
+    # y is ra's: rb picks a victim of its own
+    assert [(p.victim, p.preemptor) for p in r.preempted] == [("ns-c/x", "ns-b/rb")]
+    s.evict("ns-c/y", 5.0)
+    r = s.schedule(5.0)
+    assert [w.name for w in r.admitted] == ["ra"]  # y's quota goes to ra, who preempted y
+    assert r.preempted == []
+    s.evict("ns-c/x", 6.0)
+    s.run_until_stable(6.0)
+    assert admitted(s) == {"ra", "rb"}
+    assert s.workloads["ns-c/x"].evictions == s.workloads["ns-c/y"].evictions == 1
+
+
+def test_a_victim_whose_preemptor_is_gone_is_taken_by_the_next_reclaimer():
+    # y was chosen by ra, which was then deleted: y stops anyway; rb waits on it rather than
+    # evicting x too.
+    s = _two_reclaimers()
+    s.add_workload(wl("a", "ra", 1, prio=1, t=3.0))
+    assert run(s, 3.0) == ["y"]
+    s.remove_workload("ns-a/ra")
+    s.add_workload(wl("b", "rb", 1, prio=5, t=4.0))
+    assert run(s, 4.0) == []
+    s.evict("ns-c/y", 5.0)
+    s.run_until_stable(5.0)
+    assert admitted(s) == {"x", "rb"}
