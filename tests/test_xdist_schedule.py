@@ -17,11 +17,14 @@ def test_units_go_longest_first_each_kept_whole_and_in_its_order():
     ]
     out = xs.longest_first(ids)
     assert sorted(out) == sorted(ids)  # every test, once
+    listed = {
+        xs.K8S_REAL: ["tests/k8s/real/test_backend.py::k1", "tests/k8s/real/test_failures.py::k2"],
+        "tests/test_schemathesis.py": ["tests/test_schemathesis.py::x"],
+        "tests/hub/test_shared_machine.py": ["tests/hub/test_shared_machine.py::s"],
+    }
     assert out == [
-        # listed units by their seconds: tests/k8s/real/ is one unit, its files in collection order
-        "tests/k8s/real/test_backend.py::k1", "tests/k8s/real/test_failures.py::k2",
-        "tests/test_schemathesis.py::x",
-        "tests/hub/test_shared_machine.py::s",
+        # listed units by their seconds (tests/k8s/real/ one unit, its files in collection order)
+        *(i for unit in sorted(listed, key=lambda u: -xs.SECONDS[u]) for i in listed[unit]),
         # unlisted files by their test counts (3 then 3: collection order breaks the tie)
         "tests/test_ports.py::a", "tests/test_ports.py::b", "tests/test_ports.py::c",
         "tests/test_many.py::m1", "tests/test_many.py::m2", "tests/test_many.py::m3",
