@@ -32,7 +32,7 @@ export PATH="$PWD/.ci-node/node_modules/.bin:$PATH"
 # Four pytest-xdist workers by default, each taking whole test files (their hubs, control planes
 # and servers are per module; tests/xdist_schedule.py: the longest files first, tests/k8s/real as
 # one unit). Most of the suite waits on processes (servers, hubs, browsers, jobs), not on the CPU:
-# a test file uses a fifth to a third of a core on average (BENCHMARKS.md, "Test suite time"), so
+# a test file alone used a fifth to a third of a core at load ~10 (BENCHMARKS.md, "Test suite time"), so
 # four workers keep a 2-core machine busy where two left it half idle.
 # GPUQUEUE_TEST_WORKERS=0: one process.
 exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-4}" --dist loadfile "$@"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 K8S_REAL = "tests/k8s/real/"
 
-# Seconds each unit took in a whole run (four workers, session 19, summed per file; the machine was
+# Seconds each unit took in a whole run (four workers, 2026-11-28, summed per file; the machine was
 # shared, load 7-19: only the order matters). Rerun: see BENCHMARKS.md, "Test suite time".
 SECONDS = {
     "tests/test_schemathesis.py": 1058,
