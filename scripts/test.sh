@@ -29,10 +29,10 @@ if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
   npm install --silent --no-audit --no-fund --prefix .ci-node configurable-http-proxy
 fi
 export PATH="$PWD/.ci-node/node_modules/.bin:$PATH"
-# Two pytest-xdist workers by default, each taking whole test files (their hubs, control planes
-# and servers are per module): most of the suite waits on processes, not on the CPU, so two halve
-# its time on a 2-core machine (about 8.5 min instead of 14). GPUQUEUE_TEST_WORKERS=0: one process.
-# (Session 9 found a timing flake in five of six parallel runs and kept one process; those flakes
-# were fixed, the last of them in session 13 — JupyterLab's late Launcher taking a field's focus —
-# and six parallel runs in a row then passed.)
-exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-2}" --dist loadfile "$@"
+# Four pytest-xdist workers by default, each taking whole test files (their hubs, control planes
+# and servers are per module; tests/xdist_schedule.py: the longest files first, tests/k8s/real as
+# one unit). Most of the suite waits on processes (servers, hubs, browsers, jobs), not on the CPU:
+# a test file alone used a fifth to a third of a core at load ~10 (BENCHMARKS.md, "Test suite time"), so
+# four workers keep a 2-core machine busy where two left it half idle.
+# GPUQUEUE_TEST_WORKERS=0: one process.
+exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-4}" --dist loadfile "$@"

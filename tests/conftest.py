@@ -23,9 +23,31 @@ Do not set ``asyncio_mode = auto``: pytest-jupyter runs ``async def`` tests on `
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+import xdist_schedule
+
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+# -- pytest-xdist: longest units first, tests/k8s/real as one unit (tests/xdist_schedule.py) ------------
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown with -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist", None) == "loadfile":
+        return xdist_schedule.make_scheduler(config, log)
+    return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    # in a worker (xdist sets its --dist to "no" there): the order the controller's units go out in
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        by_id = {item.nodeid: item for item in items}
+        items[:] = [by_id[nodeid] for nodeid in xdist_schedule.longest_first(list(by_id))]
 
 TEST_USER = "alice"
 

@@ -79,7 +79,7 @@ GPUJOB = """#!/bin/sh
 # else ends at once (a finished one), after a line of log; `gpujob seed-burst` runs 3 s (team-b's
 # first cent, spent at once on four H100s: _seed)
 echo "gpujob $*"
-if [ "$1" = hold ]; then exec /bin/sleep 600; fi
+if [ "$1" = hold ]; then exec /bin/sleep 10800; fi
 if [ "$1" = seed-burst ]; then exec /bin/sleep 3; fi
 exit 0
 """
@@ -203,8 +203,14 @@ def fuzzed(tmp_path_factory):
         launcher.close()
 
 
+# The seeds (running jobs, NotebookLeases) must outlive the run: with 10 minutes, a run of 17.6 min
+# (four workers beside other sessions' tests, load ~15) found every lease ended by its maximum time
+# when it came to POST activity / extend (409 only, "never succeeded"). The fixture cancels them.
+SEED_MAX_RUNTIME = "3h"
+
+
 def _submit(srv, **req) -> dict:
-    resp = srv.request("POST", "workloads", json={"maxRuntime": "10m", **req})
+    resp = srv.request("POST", "workloads", json={"maxRuntime": SEED_MAX_RUNTIME, **req})
     assert resp.status_code == 201, resp.text
     return resp.json()
 

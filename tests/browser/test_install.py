@@ -42,91 +42,27 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from readme_build import built_once, readme_blocks, run
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 CHROMIUM = os.environ.get("GPUQUEUE_CHROMIUM", "/usr/bin/chromium")
-MARKER = "<!-- tests/browser/test_install.py runs the next three blocks as they are written -->"
 # The oldest versions the README claims: the lower bounds of pyproject.toml's dependencies.
 OLDEST = {"jupyterlab": "4.0.0", "jupyter_server": "2.15.0"}
 LEFTOVERS = re.compile(r"(\.map|/package\.json\.orig|/build_log\.json)$")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(1200)]
 
 
-# --- the README --------------------------------------------------------------------------------
-
-
-def readme_blocks() -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """The *build*, *install* and *check* blocks after :data:`MARKER`: command lines, and for
-    *check* ``(command, what its output must contain)``."""
-    text = README.read_text(encoding="utf-8")
-    assert text.count(MARKER) == 1, f"README.md must hold the marker {MARKER!r} once"
-    after = text.split(MARKER, 1)[1]
-    blocks = re.findall(r"^```bash\n(.*?)^```", after, flags=re.M | re.S)[:3]
-    assert len(blocks) == 3, "three ```bash blocks must follow the marker"
-
-    def lines(block):
-        return [line for line in block.splitlines() if line.strip()]
-
-    def split(line):
-        command, _, comment = line.partition("  #")
-        return command.strip(), comment.strip()
-
-    build = [split(line)[0] for line in lines(blocks[0])]
-    install = [split(line)[0] for line in lines(blocks[1])]
-    check = [split(line) for line in lines(blocks[2])]
-    return build, install, check
-
-
-def run(command: str, cwd: Path, env: dict, timeout: float = 600) -> str:
-    """``bash -c command``; its output (stdout and stderr, ANSI colours removed). AssertionError
-    with the output if it fails."""
-    proc = subprocess.run(
-        ["/bin/bash", "-c", command], cwd=cwd, env=env, timeout=timeout,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    out = ANSI.sub("", proc.stdout)
-    assert proc.returncode == 0, f"`{command}` exited {proc.returncode} in {cwd}:\n{out[-6000:]}"
-    return out
-
-
-# --- build once -------------------------------------------------------------------------------
+# --- build once (tests/readme_build.py: the README's build block, shared with the other workers) --
 
 
 @pytest.fixture(scope="module")
-def source_tree(tmp_path_factory):
-    """A copy of the files a clone of the repository has (tracked, or new and not ignored)."""
-    if not shutil.which("git") or not (REPO / ".git").exists():
-        pytest.skip("needs the repository's git checkout (git ls-files)")
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, check=True, stdout=subprocess.PIPE,
-    ).stdout.decode().split("\0")
-    tree = tmp_path_factory.mktemp("clone") / "jupyter_gpuqueue"
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file():  # a deleted file still listed: skip it
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, tree / name)
-    assert not (tree / "jupyter_gpuqueue" / "labextension").exists()  # no build output copied
-    yield tree
-    shutil.rmtree(tree.parent, ignore_errors=True)  # node_modules and the build: hundreds of MB
-
-
-@pytest.fixture(scope="module")
-def built(source_tree) -> dict:
-    """The README's build block, run in :func:`source_tree` with this test run's Python and Node.js
-    first on the PATH; the wheel and the sdist it made, checked."""
-    if not shutil.which("node"):
-        pytest.skip("building the JupyterLab extension needs Node.js on the PATH")
-    build, _, _ = readme_blocks()
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    started = time.monotonic()
-    for command in build:
-        run(command, source_tree, env, timeout=900)
-    seconds = time.monotonic() - started
+def built(tmp_path_factory) -> dict:
+    """The README's build block, run in a copy of the repository with this test run's Python and
+    Node.js first on the PATH (:func:`readme_build.built_once`); the wheel and the sdist it made, checked."""
+    made = built_once(tmp_path_factory)
+    source_tree, seconds = Path(made["dir"]), made["seconds"]
     dist = source_tree / "dist"
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())

@@ -31,6 +31,7 @@ import pytest
 import requests
 
 from jupyter_gpuqueue.ports import free_port
+from readme_build import built_once
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / "jupyterhub_config" / "shared"
@@ -44,6 +45,9 @@ def _venv_ok() -> bool:
 
 pytestmark = [
     pytest.mark.slow,
+    # the README's build (tests/readme_build.py, maybe waited for), setup.sh's pip install, the hub:
+    # ~4 min at load 10, beyond the suite's default 300 s per test at load 8+
+    pytest.mark.timeout(1200),
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                        reason="sets up the hub as root with real OS accounts (tests run as root in CI)"),
     pytest.mark.skipif(not (shutil.which("useradd") and shutil.which("userdel") and shutil.which("chpasswd")),
@@ -156,7 +160,9 @@ def shared(tmp_path_factory):
     base = Path(tempfile.mkdtemp(prefix="gq-shared-", dir="/tmp"))
     os.chmod(base, 0o755)  # the environment below it is every account's to run
     prefix, etc, state = base / "opt", base / "etc", base / "state"
-    env = {**os.environ, "GPUQUEUE_PACKAGE": str(REPO), "GPUQUEUE_PREFIX": str(prefix), "GPUQUEUE_ETC": str(etc),
+    # the package as the README's build block makes it (built once per test run, the install test's too)
+    (wheel,) = sorted((Path(built_once(tmp_path_factory)["dir"]) / "dist").glob("*.whl"))
+    env = {**os.environ, "GPUQUEUE_PACKAGE": str(wheel), "GPUQUEUE_PREFIX": str(prefix), "GPUQUEUE_ETC": str(etc),
            "GPUQUEUE_HUB_STATE": str(state), "GPUQUEUE_NO_SYSTEMD": "1"}
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         env.pop(var, None)
