@@ -459,7 +459,8 @@ class MoveWorkloadHandler(GpuQueueHandler):
         fit; another team's: 404); answers the Workload as moved."""
         require_scope(self, SUBMIT_SCOPE)
         self.check_visible(namespace, name)
-        self.write_json(self.service.move_workload(namespace, name, user=self.user, data=self.json_body()))
+        # the body is read after the owner and state checks: a caller who may not move it is told so first
+        self.write_json(self.service.move_workload(namespace, name, user=self.user, data=self.json_body))
 
 
 class WorkloadLogsHandler(GpuQueueHandler):

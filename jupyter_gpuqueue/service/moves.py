@@ -77,8 +77,9 @@ class Moves:
     def move(self, namespace: str, name: str, *, user: str, data) -> dict:
         """Move the pending workload ``namespace/name`` of ``user`` to the request ``data``
         (``{"flavor": name | "any", "gpus": n, "migProfile": "1g.10gb"}``, each optional, at least
-        one; the others are kept). Returns its record, moved. Raises NotFound, Forbidden, Conflict,
-        ValidationError as in the module docstring."""
+        one; the others are kept; or a callable returning it, called after the owner and state checks,
+        so that a caller who may not move the workload is told that first). Returns its record,
+        moved. Raises NotFound, Forbidden, Conflict, ValidationError as in the module docstring."""
         rec = self.live.record(namespace, name)
         if rec["owner"] != user:
             raise Forbidden(f"only {rec['owner']}, its owner, may move {namespace}/{name}", "name")
@@ -95,7 +96,7 @@ class Moves:
         if spec.get("source") != "form" or len(spec.get("podSets") or []) != 1 or old is None:
             raise Conflict(f"{namespace}/{name} was submitted as a Kubernetes manifest: edit the manifest and "
                            "submit it again", "name")
-        request = self._request(spec, data)
+        request = self._request(spec, data() if callable(data) else data)
         cq_name = rec.get("cluster_queue") or self.conf.config.local_queues[f"{namespace}/{rec['local_queue']}"].cluster_queue
         ps = self.checks.pod_set_from_form(request, cq_name)  # ValidationError naming the field
         ps.tolerations = list(old.pod_sets[0].tolerations)  # spot tolerations, if it accepted spot
