@@ -93,12 +93,21 @@ def approx_duration(seconds: float) -> str:
     return text if text.startswith("<") else "~" + text
 
 
+def _hour_minute(at: datetime, seconds: bool = False) -> str:
+    """``2:05 PM`` (``2:05:09 PM``): the form the panel shows in a browser of the default (en-US)
+    locale (labextension/src/format.ts ``formatTime``), so that the widget and the panel beside it
+    write one time the same way (issue 34 item 10: "02:00" next to "2:00 AM")."""
+    hour = at.hour % 12 or 12
+    text = f"{hour}:{at.minute:02d}" + (f":{at.second:02d}" if seconds else "")
+    return f"{text} {'AM' if at.hour < 12 else 'PM'}"
+
+
 def clock_time(epoch: float, now: Optional[float] = None) -> str:
-    """``10:42`` in the kernel's local time; another day adds the weekday (``Tue 10:42``), a week
-    or more away the date (``3 Dec 10:42``)."""
+    """``10:42 AM`` in the kernel's local time (:func:`_hour_minute`); another day adds the weekday
+    (``Tue 10:42 AM``), a week or more away the date (``3 Dec 10:42 AM``)."""
     at = datetime.fromtimestamp(epoch).astimezone()
     today = datetime.fromtimestamp(time.time() if now is None else now).astimezone()
-    text = at.strftime("%H:%M")
+    text = _hour_minute(at)
     if at.date() == today.date():
         return text
     if abs((at - today).total_seconds()) < 6 * 86400:
@@ -228,7 +237,7 @@ def _preemption_tooltip(wl: dict) -> str:
     text = "The runs it lost are billed; it was put back in the queue."
     at = _epoch_to_datetime(last.get("at"))
     if at is not None:
-        text = f"Last preempted at {at.astimezone().strftime('%H:%M:%S')}" + (
+        text = f"Last preempted at {_hour_minute(at.astimezone(), seconds=True)}" + (
             f" (Kueue: {last['reason']})" if last.get("reason") else "") + ". " + text
     return text
 

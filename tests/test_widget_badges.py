@@ -49,3 +49,15 @@ def test_money_is_rounded_as_the_panel_rounds_it():
     assert _money(1.005) == "$1.01"  # as Intl.NumberFormat (node: (1.005).toLocaleString(…) is "1.01")
     assert _money(1234.5) == "$1,234.50"
     assert _money(0.004) == "< $0.01" and _money(0) == "$0.00" and _money(None) == "-"
+
+
+def test_the_widget_writes_times_as_the_panel_does():
+    """Issue 34 item 10: the widget said "02:00" next to the panel's "2:00 AM"."""
+    from datetime import datetime
+
+    from jupyter_gpuqueue.widget import clock_time
+
+    at = datetime(2026, 11, 28, 2, 0).timestamp()
+    assert clock_time(at, now=at) == "2:00 AM"
+    assert clock_time(at + 12.5 * 3600, now=at + 12.5 * 3600) == "2:30 PM"
+    assert clock_time(datetime(2026, 11, 28, 0, 5).timestamp(), now=at) == "12:05 AM"
