@@ -34,7 +34,8 @@ run times), computed here:
   "Estimated start times in the live service", has what this costs the position queries.
 - **At submission** (:meth:`Estimates.quick_estimate`, issue 35): a workload no refresh has seen
   is estimated on the spot, on the loop, by a forward run for it alone (bounded: ``quick_max_pending``,
-  ``quick_loop_seconds`` per second), so the POST answer carries an estimate; the next refresh
+  ``quick_loop_seconds`` per second on average, ``quick_loop_burst`` at most in a burst), so the
+  POST answer carries an estimate; the next refresh
   replaces it.
 - **The point and the range.** One forward run (no extra draws); its wait is blended with the
   ClusterQueue's recent admission rate (position / admissions per second over the last hour, or
@@ -198,7 +199,7 @@ class Estimates:
         # quantiles sent with each request.
         self.calibration = RangeCalibration()
         self._first: dict[str, float] = {}  # key -> when its first estimate was registered
-        self._ranges_cache: Optional[tuple[float, int, CalibratedRanges]] = None
+        self._ranges_cache: Optional[tuple[float, CalibratedRanges]] = None
         self.ranges_seconds = 0.0  # s of the loop the last computation of the range's quantiles took
         # Admission times per ClusterQueue (ascending, the last 24 h): the rate the point is blended with.
         self._admissions: dict[str, list[float]] = {}
@@ -212,8 +213,12 @@ class Estimates:
         self.quick: dict[str, tuple[float, Estimate]] = {}
         self.quick_max_pending = 500  # a submission into a deeper queue waits for the refresh
         self.quick_seconds = 0.0  # s of the loop the estimates at submission took, in all
-        self.quick_loop_seconds = 0.1  # s of the loop per second, at most, for estimates at submission
-        self._quick_window, self._quick_spent = -math.inf, 0.0
+        self.quick_loop_seconds = 0.1  # s of the loop per second, on average, for estimates at submission
+        # ... and at most this much in a burst (a token bucket: a burst of submissions in one second
+        # each gets its estimate where a fixed 0.1 s per second left the 5th of a burst without one
+        # on a loaded machine, BENCHMARKS.md "bench eta")
+        self.quick_loop_burst = 0.3
+        self._quick_last, self._quick_tokens = time.monotonic(), 0.3
         self._quick_tried: set[str] = set()
         self.quick_count = 0
         self.results: dict[str, Estimate] = {}
@@ -520,18 +525,17 @@ class Estimates:
                 "frozen": frozen, "ranges": self._ranges(now)}
 
     def _ranges(self, now: float) -> CalibratedRanges:
-        """The range's quantiles at ``now`` (engine/range_calibration.py), on the loop: computed
-        again when a second has passed or a workload started or left since (O(window + pending
-        registered), bounded by the calibration's ``window`` and ``max_pending``)."""
-        cal = self.calibration
+        """The range's quantiles at ``now`` (engine/range_calibration.py), on the loop: at most
+        once a second (O(window + pending registered), bounded by the calibration's ``window``
+        and ``max_pending``: ~1 ms at 500 pending, ~7 ms at 5,000), not at every submission of a
+        burst (the estimates at submission share ``quick_loop_seconds``)."""
         c = self._ranges_cache
-        state = cal.observed + cal.pending()
-        if c is not None and now - c[0] < 1.0 and c[1] == state:
-            return c[2]
+        if c is not None and 0.0 <= now - c[0] < 1.0:
+            return c[1]
         t0 = time.perf_counter()
-        ranges = cal.ranges(now)
+        ranges = self.calibration.ranges(now)
         self.ranges_seconds = time.perf_counter() - t0
-        self._ranges_cache = (now, state, ranges)
+        self._ranges_cache = (now, ranges)
         return ranges
 
     def _record_admissions(self, sched, now: float) -> None:
@@ -854,8 +858,8 @@ class Estimates:
         workload starts; what it waits for are its blockers' predicted ends), then the same blend,
         range and bounds. ``(computed at, Estimate)``, kept in ``quick`` until the next refresh
         replaces it; None (and tried once only) when the queue is deeper than
-        ``quick_max_pending``, when the loop has spent ``quick_loop_seconds`` on them in the last
-        second, or when the run-time model belongs to the worker thread (where the worker is a
+        ``quick_max_pending``, when the loop has spent its budget on them (``quick_loop_seconds``
+        per second on average, ``quick_loop_burst`` at most at once: a token bucket), or when the run-time model belongs to the worker thread (where the worker is a
         process, this process keeps its own copy of the model, fed with what each request sends
         the worker: :meth:`_request`; the range's calibration is this process's)."""
         if key in self._quick_tried:
@@ -871,9 +875,10 @@ class Estimates:
         if len(sched.workloads) - len(sched.admitted) > self.quick_max_pending:
             return None
         t = time.monotonic()
-        if t - self._quick_window >= 1.0:
-            self._quick_window, self._quick_spent = t, 0.0
-        if self._quick_spent >= self.quick_loop_seconds:
+        self._quick_tokens = min(self.quick_loop_burst,
+                                 self._quick_tokens + (t - self._quick_last) * self.quick_loop_seconds)
+        self._quick_last = t
+        if self._quick_tokens <= 0.0:
             return None
         t0 = time.perf_counter()
         try:
@@ -895,7 +900,7 @@ class Estimates:
             return None
         finally:
             spent = time.perf_counter() - t0
-            self._quick_spent += spent
+            self._quick_tokens -= spent
             self.quick_seconds += spent
             self.quick_count += 1
         est = results.get(key)
