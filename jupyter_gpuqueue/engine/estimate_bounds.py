@@ -19,9 +19,10 @@ the service publishes, in place:
    maxima (admission + maximum execution time) plus that gap, when every blocker runs and declares
    one, bound the late bound only while the calibration has no data (its ×/÷ 4 fallback), and
    then stretched by ``COLD_CAP_STRETCH`` (×2, in the calibration's offset space): on ``bench
-   eta`` the unstretched cap cost 9 points of coverage with data (a high-priority arrival, or
-   another team's job taking the freed GPUs first, starts a workload later than any blocker's end
-   explains) and 3–7 points in the first minute without (BENCHMARKS.md).
+   eta`` the cap cost 9 points of coverage where the calibration had data (a high-priority
+   arrival, or another team's job taking the freed GPUs first, starts a workload later than any
+   blocker's end explains) and, unstretched, 3–8 points more in the first minute, before it had
+   any; stretched, 0–2 (BENCHMARKS.md).
 
 Seconds everywhere; no I/O, no clock, no threads.
 """
