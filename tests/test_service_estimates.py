@@ -303,8 +303,8 @@ def test_a_workload_queued_just_after_a_round_of_faster_options_gets_its_own_wit
 
 
 def test_the_range_learns_from_the_estimators_own_errors(make):
-    """Each workload's first estimate is compared with its actual start; the calibration of the
-    range (engine/calibration.py) is fed the pair once it has started."""
+    """Each workload's first estimate is registered with the range's calibration
+    (engine/range_calibration.py) and scored once it has started."""
     svc = make()
     submit(svc, "a", gpus=2)
     wait(svc, lambda: svc.get_workload("one", "a")["state"] == "Running")
@@ -314,21 +314,22 @@ def test_the_range_learns_from_the_estimators_own_errors(make):
     first = svc.get_workload("one", "b")
     rng = first["estimatedStartRange"]
     # No past errors yet: the estimate ÷ 4 (with its 60 s offset) for the early bound; the late
-    # bound is not ×4 but what it waits for must end by: a's declared maximum (issue 35), which is
-    # also the point (no history: a is predicted to run its declared maximum).
+    # bound is not ×4 but what it waits for must end by — a's declared maximum (issue 35), which is
+    # also the point (no history: a is predicted to run its declared maximum) — stretched ×2.
     a = svc.get_workload("one", "a")
     assert rng["early"] < first["estimatedStartAt"] <= rng["late"]
-    assert rng["late"] == pytest.approx(a["admittedAt"] + a["maxRuntimeSeconds"], abs=2.0)
-    # a itself was estimated at its submission (to start at once) and started: one pair already.
+    end = a["admittedAt"] + a["maxRuntimeSeconds"]
+    assert first["estimatedStartAt"] == pytest.approx(end, abs=2.0)
+    now = first["estimateComputedAt"]
+    assert rng["late"] == pytest.approx(now + (end - now + 60.0) * 2 - 60.0, abs=3.0)
+    # a itself was estimated at its submission (to start at once) and started: one score already.
     svc.estimates.refresh_now()
-    before = svc.estimates.calibration.samples()
-    assert before == 1
+    cal = svc.estimates.calibration
+    assert (cal.samples(), cal.pending()) == (1, 1)  # a scored; b waiting (censored)
     svc.cancel("one", "a", user="alice")
     wait(svc, lambda: svc.get_workload("one", "b")["state"] in ("Admitted", "Running"))
-    svc.estimates.refresh_now()  # sees b started: the pair is queued for the worker
-    assert svc.estimates.calibration.samples() == before
-    svc.estimates.refresh_now()  # the worker takes it
-    assert svc.estimates.calibration.samples() == before + 1
+    svc.estimates.refresh_now()  # sees b started: its score is exact
+    assert (cal.samples(), cal.pending()) == (2, 0)
 
 
 def test_a_refresh_in_the_worker_process_estimates_every_pending_workload(make, tmp_path):

@@ -26,7 +26,8 @@ Measured, for the jobs that started after waiting ≥ ``min_wait`` s (2):
 * **consistency**: reads whose point lies outside its own range, or in the past (before the
   moment of the read, 1 s of slack);
 * **range misses** by side (early / late), and the late ones whose ``waitingFor`` named running
-  workloads only (where the late bound is capped by their declared maxima);
+  workloads only (where the late bound may be capped by their declared maxima); the range's
+  **width** (late − early of the POST answer), median in seconds and median of width / wait;
 * **cost**: the server's CPU seconds (its own, and its children's: the forked estimate
   processes and the jobs' shells) per minute, and the POST latency.
 """
@@ -245,6 +246,7 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
     cov_post = cov_any = 0
     sub_err, sub_rate, half_err, half_rate, in_range, has_range = [], [], [], [], 0, 0
     early_miss = late_miss = capped = 0
+    widths, width_ratios = [], []
     waits = []
     started = 0
     contradictions = {"pointOutsideRange": 0, "inThePast": 0, "reads": 0}
@@ -280,6 +282,8 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
         rng = j.post.get("estimatedStartRange")
         if rng and rng.get("late") is not None:
             has_range += 1
+            widths.append(rng["late"] - rng["early"])
+            width_ratios.append((rng["late"] - rng["early"]) / wait)
             if rng["early"] - slack <= admitted <= rng["late"] + slack:
                 in_range += 1
             elif admitted < rng["early"]:
@@ -298,6 +302,21 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
             half_err.append(abs(first - admitted))
             half_rate.append(sub_rate[-1])
     n_w = len(waits)
+    per_job = []  # what each job was told and what happened (to diagnose range misses offline)
+    for j in jobs:
+        v = final.get(j.name) or {}
+        post = j.post or {}
+        rng = post.get("estimatedStartRange") or {}
+        per_job.append({
+            "name": j.name, "team": j.team, "script": j.script, "gpus": j.gpus, "maxS": round(j.max_s, 3),
+            "runS": round(j.run_s, 3), "high": j.high, "cancelAfter": j.cancel_after,
+            "clusterQueue": v.get("clusterQueue"), "state": v.get("state"), "createdAt": post.get("createdAt"),
+            "admittedAt": v.get("admittedAt"), "finishedAt": v.get("finishedAt"),
+            "post": {"estimatedStartAt": post.get("estimatedStartAt"), "early": rng.get("early"),
+                     "late": rng.get("late"), "position": post.get("positionInClusterQueue"),
+                     "waitingFor": [[w.get("namespace"), w.get("name"), w["kind"], w["expectedEndAt"]]
+                                    for w in post.get("waitingFor") or []]},
+            "reads": [[round(t, 3), e, lo, hi, pos, len(wf)] for t, e, lo, hi, pos, wf in j.reads]})
     cpu = None
     if cpu0 and cpu1:
         minutes = max(elapsed / 60.0, 1e-9)
@@ -321,10 +340,12 @@ def _figures(jobs, final, errors, t_begin, elapsed, cpu0, cpu1, *, min_wait, sla
                      "rateMedianError": r3(_pct(half_rate, 0.5)), "rateP90Error": r3(_pct(half_rate, 0.9))},
         "rangeCoverage": r3(in_range / has_range if has_range else None), "withRange": has_range,
         "rangeMisses": {"early": early_miss, "late": late_miss, "lateWaitingForRunningOnly": capped},
+        "rangeWidth": {"medianSeconds": r3(_pct(widths, 0.5)), "medianOverWait": r3(_pct(width_ratios, 0.5))},
         "consistency": contradictions,
         "cost": {**(cpu or {}), "postLatencyMedianMs": r3(1000 * (_pct(lat, 0.5) or 0)),
                  "postLatencyP90Ms": r3(1000 * (_pct(lat, 0.9) or 0))},
-        "errors": errors[:20], "errorCount": len(errors),
+        "errors": errors[:20], "errorCount": len(errors), "tBegin": round(t_begin, 3),
+        "perJob": per_job,
     }
 
 
@@ -339,7 +360,8 @@ def format_eta(r: dict) -> str:
         f"(p90 {s['rateP90Error']}): ratio {s['ratio']}",
         f"  at half the wait: median error {h['medianError']} s (p90 {h['p90Error']}) vs rate "
         f"{h['rateMedianError']} s (p90 {h['rateP90Error']})",
-        f"  range holds {r['rangeCoverage']} of {r['withRange']} starts (missed: {r['rangeMisses']})",
+        f"  range holds {r['rangeCoverage']} of {r['withRange']} starts (missed: {r['rangeMisses']}; width: "
+        f"median {r['rangeWidth']['medianSeconds']} s, {r['rangeWidth']['medianOverWait']} × the wait)",
         f"  consistency over {r['consistency']['reads']} reads: {r['consistency']['pointOutsideRange']} point outside "
         f"its range, {r['consistency']['inThePast']} in the past",
         f"  cost: {r['cost']}",

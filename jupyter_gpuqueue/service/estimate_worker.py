@@ -11,12 +11,12 @@ which runs no Python code of the server in between), preloaded (it imports the e
 estimator before its first job), and kept for the service's life.
 
 Protocol (both ways, on the worker's stdin / stdout): frames of an 8-byte big-endian length and
-that many bytes. Each request is one pickle of ``{"job", "observations", "calibration", "settings"}``
-(the Scheduler copy and the inputs :meth:`Estimates._job` gathers; the run times of finished
-workloads and the estimator's past errors since the last request; the estimator's settings);
-each answer is :func:`estimates._encode_result`'s bytes, or an empty frame when the forward run
-failed (the error is on the worker's stderr, the server's log). The worker owns the run-time model
-and the calibration (fed what each request brings). It ends at end of input (the server closed its
+that many bytes. Each request is one pickle of ``{"job", "observations", "settings"}``
+(the Scheduler copy and the inputs :meth:`Estimates._job` gathers, the range's calibrated
+quantiles among them; the run times of finished workloads since the last request; the
+estimator's settings); each answer is :func:`estimates._encode_result`'s bytes, or an empty frame
+when the forward run failed (the error is on the worker's stderr, the server's log). The worker
+owns the run-time model (fed what each request brings). It ends at end of input (the server closed its
 stdin or died) and runs at the niceness it is given (``argv[1]``: the server's threads win the
 cores).
 

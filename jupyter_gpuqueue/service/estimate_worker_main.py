@@ -30,7 +30,6 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> int:
             request = pickle.loads(frame)
             est.configure_worker(request["settings"])
             est._observations.extend(request["observations"])
-            est._cal_observations.extend(request["calibration"])
             version, now, results, faster, duration, cpu = est._compute(request["job"])
             answer = encode_result(version, now, results, faster, duration, cpu, request["settings"]["rows_per_chunk"])
         except Exception:

@@ -24,8 +24,8 @@ run times), computed here:
   pickles it, sends it and waits for the answer (plain tuples), so the forward run shares
   no GIL with the loop. The loop decodes and publishes the answer in slices of at most
   ``slice_seconds`` (1 ms), each a callback of its own, so requests are served in between (as
-  scheduling cycles are). The worker owns the run-time model and the calibration: each request
-  brings the run times and past errors observed since the last one. Without it
+  scheduling cycles are). The worker owns the run-time model: each request brings the run times
+  observed since the last one, and the range's quantiles (this process calibrates them). Without it
   (``use_process = False``): the forward run on that thread, in this process (GIL shared with the
   loop). A result computed from a snapshot older than the one already published is dropped.
   Workloads whose estimate changed materially since the last event (a first estimate, a new
@@ -34,17 +34,20 @@ run times), computed here:
   "Estimated start times in the live service", has what this costs the position queries.
 - **At submission** (:meth:`Estimates.quick_estimate`, issue 35): a workload no refresh has seen
   is estimated on the spot, on the loop, by a forward run for it alone (bounded: ``quick_max_pending``,
-  ``quick_loop_seconds`` per second), so the POST answer carries an estimate; the next refresh
+  ``quick_loop_seconds`` per second on average, ``quick_loop_burst`` at most in a burst), so the
+  POST answer carries an estimate; the next refresh
   replaces it.
 - **The point and the range.** One forward run (no extra draws); its wait is blended with the
   ClusterQueue's recent admission rate (position / admissions per second over the last hour, or
   the time observed since ``observed_since`` when shorter, with at least 5 admissions:
   :mod:`..engine.wait_rate`), then bounded so that point, range and ``waitingFor`` agree
   (:mod:`..engine.estimate_bounds`), and the range
-  comes from the estimator's own past errors: each workload's first estimate is compared with
-  its actual start, and early / late are the estimate times the 5th / 95th percentile of recent
-  ratios in its ClusterQueue (:class:`..engine.calibration.WaitCalibration`; ×/÷ 4 until 20 are
-  known).
+  comes from the service's own estimates at submission: each workload's first estimate is
+  registered, scored against its actual start once it starts and, while it still waits, counted
+  as a censored score (it is at least as late as it has waited), and early / late are the
+  split-conformal quantiles of those scores
+  (:class:`..engine.range_calibration.RangeCalibration`, computed on the loop at each refresh and
+  sent to the worker; ×/÷ 4 until there are 20).
 - **Run times.** :class:`..engine.runtime_model.HistoryRuntime` keyed by (team, owner, command,
   shape), then (team, shape), team, everything; seeded at start from the ledger's finished runs
   (the last ``history_seed_limit``), fed as runs end (``observe_finished``); without history, the
@@ -83,11 +86,11 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from ..engine.calibration import WaitCalibration
 from ..engine.estimate import Estimate, WaitingFor, estimate_starts
 from ..engine.model import GPU, MIG_PREFIX, Workload
 from ..engine.runtime_model import DeclaredRuntime, HistoryRuntime, OWNER_LABEL, COMMAND_ANNOTATION
 from ..engine.estimate_bounds import finish_estimates
+from ..engine.range_calibration import CalibratedRanges, RangeCalibration
 from ..engine.snapshot import copy_workload, freeze_pending, snapshot, thaw_pending
 from ..engine.wait_rate import RATE_BLEND
 from .estimate_worker import WorkerProcess
@@ -193,11 +196,13 @@ class Estimates:
         self.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())  # the worker's only
         # (Workload, seconds) to feed the model, on the worker; bounded: with estimates off nothing drains it
         self._observations: deque = deque(maxlen=self.history_seed_limit)
-        # The range: the estimator's own past errors (engine/calibration.py), the worker's only;
-        # fed (ClusterQueue, estimated wait, actual wait, at) as workloads estimated before start.
-        self.calibration = WaitCalibration()
-        self._cal_observations: deque = deque(maxlen=10_000)
-        self._first: dict[str, tuple[float, float, str]] = {}  # key -> (at, estimated wait, ClusterQueue)
+        # The range: the service's own estimates at submission, scored against the starts (and,
+        # while they wait, censored: engine/range_calibration.py); this process's only, its
+        # quantiles sent with each request.
+        self.calibration = RangeCalibration()
+        self._first: dict[str, float] = {}  # key -> when its first estimate was registered
+        self._ranges_cache: Optional[tuple[float, CalibratedRanges]] = None
+        self.ranges_seconds = 0.0  # s of the loop the last computation of the range's quantiles took
         # Admission times per ClusterQueue (ascending, the last 24 h): the rate the point is blended with.
         self._admissions: dict[str, list[float]] = {}
         self._prev_admitted: set[str] = set()
@@ -210,8 +215,12 @@ class Estimates:
         self.quick: dict[str, tuple[float, Estimate]] = {}
         self.quick_max_pending = 500  # a submission into a deeper queue waits for the refresh
         self.quick_seconds = 0.0  # s of the loop the estimates at submission took, in all
-        self.quick_loop_seconds = 0.1  # s of the loop per second, at most, for estimates at submission
-        self._quick_window, self._quick_spent = -math.inf, 0.0
+        self.quick_loop_seconds = 0.1  # s of the loop per second, on average, for estimates at submission
+        # ... and at most this much in a burst (a token bucket: a burst of submissions in one second
+        # each gets its estimate where a fixed 0.1 s per second left the 5th of a burst without one
+        # on a loaded machine, BENCHMARKS.md "bench eta")
+        self.quick_loop_burst = 0.3
+        self._quick_last, self._quick_tokens = time.monotonic(), 0.3
         self._quick_tried: set[str] = set()
         self.quick_count = 0
         self.results: dict[str, Estimate] = {}
@@ -523,7 +532,21 @@ class Estimates:
         frozen = freeze_pending(snap) if share_pending else None  # last: the variants read the workloads
         return {"version": plan["version"], "now": now, "snap": snap, "holds": holds, "deadlines": deadlines,
                 "variants": variants, "admissions": {cq: list(ts) for cq, ts in self._admissions.items()},
-                "frozen": frozen}
+                "frozen": frozen, "ranges": self._ranges(now)}
+
+    def _ranges(self, now: float) -> CalibratedRanges:
+        """The range's quantiles at ``now`` (engine/range_calibration.py), on the loop: at most
+        once a second (O(window + pending registered), bounded by the calibration's ``window``
+        and ``max_pending``: ~1 ms at 500 pending, ~7 ms at 5,000), not at every submission of a
+        burst (the estimates at submission share ``quick_loop_seconds``)."""
+        c = self._ranges_cache
+        if c is not None and 0.0 <= now - c[0] < 1.0:
+            return c[1]
+        t0 = time.perf_counter()
+        ranges = self.calibration.ranges(now)
+        self.ranges_seconds = time.perf_counter() - t0
+        self._ranges_cache = (now, ranges)
+        return ranges
 
     def _record_admissions(self, sched, now: float) -> None:
         """Admissions since the last refresh, per ClusterQueue (for the rate of the blend)."""
@@ -548,29 +571,25 @@ class Estimates:
 
     def _request(self, job: dict) -> dict:
         """What the worker process gets for a refresh (on the loop; pickled on the estimates'
-        thread): the job, the run times and past errors observed since the last request (taken
-        from this process's queues: the worker's model and calibration learn them), the settings."""
-        obs, cal = self._observations, self._cal_observations
-        observations, calibration = list(obs), list(cal)
+        thread): the job (with the range's quantiles), the run times observed since the last
+        request (taken from this process's queue: the worker's model learns them), the settings."""
+        obs = self._observations
+        observations = list(obs)
         obs.clear()
-        cal.clear()
-        # This process keeps a copy of the model and the calibration, learning what the worker
-        # learns, for the estimates at submission (quick_estimate, on the loop).
+        # This process keeps a copy of the model, learning what the worker learns, for the
+        # estimates at submission (quick_estimate, on the loop).
         for wl, seconds in observations:
             self.model.observe(wl, seconds)
-        for item in calibration:
-            self.calibration.observe(*item)
-        return {"job": job, "observations": observations, "calibration": calibration,
+        return {"job": job, "observations": observations,
                 "settings": {name: getattr(self, name) for name in self._WORKER_SETTINGS}}
 
     @classmethod
     def worker_side(cls) -> "Estimates":
-        """An Estimates that only computes (``estimate_worker_main.py``): its run-time model and
-        calibration, fed by the requests; no service around it."""
+        """An Estimates that only computes (``estimate_worker_main.py``): its run-time model, fed
+        by the requests (the range's quantiles come with each job); no service around it."""
         est = cls.__new__(cls)
         est.model = HistoryRuntime(history_keys, fallback=DeclaredRuntime())
-        est.calibration = WaitCalibration()
-        est._observations, est._cal_observations = deque(), deque()
+        est._observations = deque()
         est.observed_since = None  # the server's, with each request (_WORKER_SETTINGS)
         return est
 
@@ -582,15 +601,12 @@ class Estimates:
 
     # -- on the worker -------------------------------------------------------------------------------
     def _drain_observations(self) -> None:
-        """Feed the run-time model and the calibration what they were given since the last
-        refresh (on the worker thread, or in the worker process: :meth:`_request` sends them)."""
+        """Feed the run-time model what it was given since the last refresh (on the worker
+        thread, or in the worker process: :meth:`_request` sends them)."""
         obs = self._observations
         while obs:
             wl, seconds = obs.popleft()
             self.model.observe(wl, seconds)
-        cal_obs = self._cal_observations
-        while cal_obs:
-            self.calibration.observe(*cal_obs.popleft())
 
     def _compute(self, job: dict):
         """The forward run(s) of a refresh: ``(version, now, results, faster options or None,
@@ -604,7 +620,7 @@ class Estimates:
         exact = None if pending <= self.simulate_all_below else self.exact_per_queue
         results = estimate_starts(snap, now, self.model, holds=job["holds"], deadlines=job["deadlines"],
                                   exact_per_queue=exact, ranges=False, compress=pending > self.walk_below)
-        self._blend_and_range(snap, now, results, job["admissions"], job["deadlines"])
+        self._blend_and_range(snap, now, results, job["admissions"], job["ranges"], job["deadlines"])
         if job["variants"] is None:
             return job["version"], now, results, None, time.perf_counter() - t0, time.thread_time() - cpu0
         faster: dict[str, list[dict]] = {}
@@ -630,13 +646,13 @@ class Estimates:
                 faster[key] = found[:3]
         return job["version"], now, results, faster, time.perf_counter() - t0, time.thread_time() - cpu0
 
-    def _blend_and_range(self, snap, now: float, results: dict, admissions: dict,
+    def _blend_and_range(self, snap, now: float, results: dict, admissions: dict, ranges: CalibratedRanges,
                          deadlines: Optional[dict] = None) -> None:
         """Each estimate's point blended with its ClusterQueue's admission rate counted over the
-        time observed (engine/wait_rate.py), its range from the estimator's past errors
-        (engine/calibration.py), and point, range and waitingFor made consistent
+        time observed (engine/wait_rate.py), its range from the service's own past estimates
+        (``ranges``: engine/range_calibration.py), and point, range and waitingFor made consistent
         (engine/estimate_bounds.py): ``start_at``, ``early``, ``late`` set in place."""
-        finish_estimates(snap, now, results, model=self.model, calibration=self.calibration,
+        finish_estimates(snap, now, results, model=self.model, calibration=ranges,
                          admissions=admissions, rate_blend=self.rate_blend,
                          min_admissions=self.rate_min_admissions, observed_since=self.observed_since,
                          deadlines=deadlines)
@@ -781,23 +797,33 @@ class Estimates:
                 sent.pop(key, None)
                 sent_faster.pop(key, None)
 
+    def _register_first(self, key: str, now: float, est: Estimate) -> None:
+        """A workload's first estimate (at submission, else its first refresh's) is registered
+        with the range's calibration (engine/range_calibration.py)."""
+        if est.start_at is None or key in self._first:
+            return
+        self._first[key] = now
+        self.calibration.submitted(key, now, max(0.0, est.start_at - now))
+
     def _observe_starts(self, results: dict, now: float) -> Iterator[None]:
-        """Remember each workload's first estimate; when it has started, hand the pair (estimated
-        wait, actual wait) to the calibration (on the worker, at its next refresh). Yields between
+        """Register each workload's first estimate; when it has started, its score is exact (the
+        calibration's ``started``); one that left without starting is forgotten. Yields between
         pieces of work."""
         first, records, by_key = self._first, self.live.records, self.live.by_key
         for i, (key, est) in enumerate(results.items()):
             if i % 256 == 255:
                 yield
             if est.start_at is not None and key not in first:
-                first[key] = (now, max(0.0, est.start_at - now), est.cq or "?")
+                self._register_first(key, now, est)
         for key in [k for k in first if k not in results and k not in self.quick]:
-            at, wait, cq = first.pop(key)
+            at = first.pop(key)
             uid = by_key.get(key)
             rec = records.get(uid) if uid is not None else None
             admitted = rec.get("admitted_at") if rec is not None else None
             if admitted is not None and admitted >= at:
-                self._cal_observations.append((cq, wait, admitted - at, admitted))
+                self.calibration.started(key, admitted)
+            else:
+                self.calibration.gone(key)
 
     # -- the view's fields -----------------------------------------------------------------------------
     def fields(self, rec: dict) -> dict:
@@ -849,10 +875,10 @@ class Estimates:
         workload starts; what it waits for are its blockers' predicted ends), then the same blend,
         range and bounds. ``(computed at, Estimate)``, kept in ``quick`` until the next refresh
         replaces it; None (and tried once only) when the queue is deeper than
-        ``quick_max_pending``, when the loop has spent ``quick_loop_seconds`` on them in the last
-        second, or when the run-time model belongs to the worker thread (where the worker is a
-        process, this process keeps its own copy of the model and the calibration, fed with what
-        each request sends the worker: :meth:`_request`)."""
+        ``quick_max_pending``, when the loop has spent its budget on them (``quick_loop_seconds``
+        per second on average, ``quick_loop_burst`` at most at once: a token bucket), or when the run-time model belongs to the worker thread (where the worker is a
+        process, this process keeps its own copy of the model, fed with what each request sends
+        the worker: :meth:`_request`; the range's calibration is this process's)."""
         if key in self._quick_tried:
             return None
         sched = self.conf.scheduler
@@ -862,13 +888,14 @@ class Estimates:
         if len(self._quick_tried) > 10_000:
             self._quick_tried = {key}
         if not self.enabled or not self._in_process():
-            return None  # the model and the calibration are the worker thread's
+            return None  # the model is the worker thread's
         if len(sched.workloads) - len(sched.admitted) > self.quick_max_pending:
             return None
         t = time.monotonic()
-        if t - self._quick_window >= 1.0:
-            self._quick_window, self._quick_spent = t, 0.0
-        if self._quick_spent >= self.quick_loop_seconds:
+        self._quick_tokens = min(self.quick_loop_burst,
+                                 self._quick_tokens + (t - self._quick_last) * self.quick_loop_seconds)
+        self._quick_last = t
+        if self._quick_tokens <= 0.0:
             return None
         t0 = time.perf_counter()
         try:
@@ -884,21 +911,20 @@ class Estimates:
                     deadlines[k] = float(deadline)
             results = estimate_starts(snap, now, self.model, deadlines=deadlines, keys=[key], ranges=False,
                                       compress=len(snap.workloads) - len(snap.admitted) > self.walk_below)
-            self._blend_and_range(snap, now, results, self._admissions, deadlines)
+            self._blend_and_range(snap, now, results, self._admissions, self._ranges(now), deadlines)
         except Exception:  # pragma: no cover - the refresh will estimate it
             self.log.debug("gpuqueue: no estimate at submission for %s", key, exc_info=True)
             return None
         finally:
             spent = time.perf_counter() - t0
-            self._quick_spent += spent
+            self._quick_tokens -= spent
             self.quick_seconds += spent
             self.quick_count += 1
         est = results.get(key)
         if est is None:
             return None
         self.quick[key] = (now, est)
-        if est.start_at is not None and key not in self._first:  # calibrated on estimates at submission
-            self._first[key] = (now, max(0.0, est.start_at - now), est.cq or "?")
+        self._register_first(key, now, est)  # calibrated on estimates at submission
         return now, est
 
     def _waiting_json(self, w, rec: dict) -> dict:

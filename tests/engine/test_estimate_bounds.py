@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_gpuqueue.engine.calibration import WaitCalibration
 from jupyter_gpuqueue.engine.estimate import RUNNING, estimate_starts
-from jupyter_gpuqueue.engine.estimate_bounds import bound_estimate, finish_estimates
+from jupyter_gpuqueue.engine.estimate_bounds import bound_estimate, finish_estimates, stretch_cap
+from jupyter_gpuqueue.engine.range_calibration import RangeCalibration
 from jupyter_gpuqueue.engine.runtime_model import DeclaredRuntime, HistoryRuntime
 from jupyter_gpuqueue.engine.scheduler import Scheduler, SchedulerOptions
 from jupyter_gpuqueue.engine.wait_rate import rate_wait
@@ -43,13 +44,17 @@ def test_point_range_and_waiting_for_never_contradict(data):
     model = HistoryRuntime(_keys, fallback=DeclaredRuntime(default_seconds=120.0))
     for _ in range(data.draw(st.integers(0, 30))):
         model.observe(wl("q0", "h", 1), data.draw(st.floats(1, 400)))
-    cal = WaitCalibration(min_samples=data.draw(st.sampled_from([1, 5, 20])))
-    for _ in range(data.draw(st.integers(0, 40))):
-        cal.observe("q0", data.draw(st.floats(0, 500)), data.draw(st.floats(0, 500)), 0.0)
+    cal = RangeCalibration(min_samples=data.draw(st.sampled_from([1, 5, 20])))
+    for i in range(data.draw(st.integers(0, 40))):  # past estimates at submission: started, or still waiting
+        at = data.draw(st.floats(0, now))
+        cal.submitted(i, at, data.draw(st.floats(0, 500)))
+        if data.draw(st.booleans()):
+            cal.started(i, at + data.draw(st.floats(0, 500)))
+    ranges = cal.ranges(now)
     admissions = {f"q{i}": sorted(data.draw(st.lists(st.floats(0, now), max_size=12))) for i in range(n_cq)}
     results = estimate_starts(s, now, model, ranges=False)
     raw = {k: e.start_at for k, e in results.items()}
-    finish_estimates(s, now, results, model=model, calibration=cal, admissions=admissions,
+    finish_estimates(s, now, results, model=model, calibration=ranges, admissions=admissions,
                      rate_blend=data.draw(st.sampled_from([0.0, 0.2, 0.8])), min_admissions=1,
                      observed_since=data.draw(st.sampled_from([None, 0.0, now - 5.0])))
     for k, e in results.items():
@@ -60,14 +65,20 @@ def test_point_range_and_waiting_for_never_contradict(data):
             last = max(w.expected_end for w in e.waiting_for)
             gap = max(0.0, max(raw[k], now) - last)
             assert e.start_at <= max(last, now) + gap + 1e-6, (k, e, raw[k])
-            if all(w.kind == RUNNING and declared.get(w.key) for w in e.waiting_for):
+            if not ranges.calibrated and all(w.kind == RUNNING and declared.get(w.key) for w in e.waiting_for):
+                # Without calibration data: no later than the blockers' declared ends + gap, stretched ×2
                 cap = max(s.admit_time[w.key] + declared[w.key] for w in e.waiting_for)
-                assert e.late <= max(cap, max(w.expected_end for w in e.waiting_for), now) + gap + 1e-6, (k, e)
+                bound = stretch_cap(now, max(cap, last, now) + gap, ranges.offset_s)
+                assert e.late <= bound + 1e-6, (k, e)
+        if ranges.calibrated:  # the range holds at least what the calibration says
+            _, early, late = ranges.adjust(max(0.0, e.start_at - now))
+            assert e.late >= now + late - 1e-6 and e.early <= now + early + 1e-6, (k, e)
 
 
-def test_late_bound_is_the_blockers_declared_end_not_a_factor():
-    """"up to 25 min" behind a job that must end within 5 (issue 35): the late bound is the
-    running blocker's admission + its declared maximum (plus what comes after it)."""
+def test_late_bound_without_data_is_the_blockers_declared_end_stretched_not_a_factor():
+    """"up to 25 min" behind a job that must end within 5 (issue 35): without calibration data,
+    the late bound is the running blocker's admission + its declared maximum (plus what comes
+    after it), stretched ×2 in offset space — not the fallback's ×4 of the wait."""
     s = Scheduler(make_config(make_cq("a", [("a100", 1)]), flavors=("a100",)), None, SchedulerOptions())
     run = wl("a", "run", 1, t=0.0)
     run.maximum_execution_time_seconds = 300
@@ -75,17 +86,18 @@ def test_late_bound_is_the_blockers_declared_end_not_a_factor():
     s.run_until_stable(0.0)
     s.add_workload(wl("a", "wait", 1, t=10.0))
     s.run_until_stable(10.0)
-    model = HistoryRuntime(_keys, fallback=DeclaredRuntime())
-    for r in (20.0, 40.0, 60.0, 80.0, 100.0):
-        model.observe(wl("a", "h", 1), r)
+    model = HistoryRuntime(_keys, fallback=DeclaredRuntime())  # no history: it runs its declared 5 min
     results = estimate_starts(s, 10.0, model, ranges=False)
     e = results["ns-a/wait"]
     gap = e.start_at - e.waiting_for[0].expected_end  # what the simulation puts after its end
-    finish_estimates(s, 10.0, results, model=model, calibration=WaitCalibration(), admissions={},
+    finish_estimates(s, 10.0, results, model=model, calibration=RangeCalibration().ranges(10.0), admissions={},
                      rate_blend=0.2)
     assert e.waiting_for[0].key == "ns-a/run"
     assert 0.0 <= gap <= 2.0
-    assert e.late <= 300.0 + gap + 1e-6  # not (wait + 60) × 4 − 60 past now
+    wait = e.start_at - 10.0
+    assert wait == pytest.approx(290.0 + gap, abs=1e-6)
+    assert e.late - 10.0 <= (300.0 + gap - 10.0 + 60.0) * 2 - 60.0 + 1e-6  # ≈ 11 min: the end, stretched
+    assert e.late - 10.0 < (wait + 60.0) * 4 - 60.0  # not the fallback's ×4
     assert 10.0 <= e.early <= e.start_at <= e.late
 
 
