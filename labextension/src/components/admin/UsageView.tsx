@@ -14,10 +14,9 @@ import {
   ITeamWaits,
   IUserUsage,
   report,
-  reportCsvUrl,
-  shiftMonth,
   usd
 } from '../costs/costsApi';
+import { MonthNav } from '../costs/MonthNav';
 
 interface IUsageData {
   month: string;
@@ -67,18 +66,7 @@ export function UsageView(props: { model: QueueModel }): JSX.Element {
   const totalUsd = (data?.users ?? []).reduce((s, u) => s + u.costUsd, 0);
   return (
     <div className="jp-gpuqueue-usage" data-month={month}>
-      <div className="jp-gpuqueue-costs-nav">
-        <button type="button" className="jp-gpuqueue-icon-button" title="Previous month" aria-label="Previous month"
-          onClick={() => setMonth(shiftMonth(month, -1))}>‹</button>
-        <span className="jp-gpuqueue-costs-month">{month}{live ? ' (to date)' : ''}</span>
-        <button type="button" className="jp-gpuqueue-icon-button" title="Next month" aria-label="Next month"
-          disabled={live} onClick={() => setMonth(shiftMonth(month, 1))}>›</button>
-        <span className="jp-gpuqueue-costs-csv">
-          CSV:{' '}
-          <a href={reportCsvUrl(client, 'users', month)} download>users</a>{' · '}
-          <a href={reportCsvUrl(client, 'waits', month)} download>waits</a>
-        </span>
-      </div>
+      <MonthNav client={client} month={month} live={live} setMonth={setMonth} csv={['users', 'waits']} />
       {error && <div className="jp-gpuqueue-form-error">{error}</div>}
       {!data && !error && <div className="jp-gpuqueue-muted">Loading…</div>}
       {data && (

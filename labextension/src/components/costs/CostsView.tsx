@@ -18,13 +18,12 @@ import {
   IJobCost,
   liftBudgetHold,
   report,
-  reportCsvUrl,
   setBudget,
-  shiftMonth,
   spentNow,
   usd
 } from './costsApi';
 import { DailyChart } from './DailyChart';
+import { MonthNav } from './MonthNav';
 
 interface ICostData {
   month: string;
@@ -194,18 +193,7 @@ export function CostsView(props: { model: QueueModel }): JSX.Element {
 
   return (
     <div className="jp-gpuqueue-costs" data-month={month}>
-      <div className="jp-gpuqueue-costs-nav">
-        <button type="button" className="jp-gpuqueue-icon-button" title="Previous month" aria-label="Previous month"
-          onClick={() => setMonth(shiftMonth(month, -1))}>‹</button>
-        <span className="jp-gpuqueue-costs-month">{month}{live ? ' (to date)' : ''}</span>
-        <button type="button" className="jp-gpuqueue-icon-button" title="Next month" aria-label="Next month"
-          disabled={live} onClick={() => setMonth(shiftMonth(month, 1))}>›</button>
-        <span className="jp-gpuqueue-costs-csv">
-          CSV:{' '}
-          <a href={reportCsvUrl(client, 'teams', month)} download>teams</a>{' · '}
-          <a href={reportCsvUrl(client, 'jobs', month)} download>jobs</a>
-        </span>
-      </div>
+      <MonthNav client={client} month={month} live={live} setMonth={setMonth} csv={['teams', 'jobs']} />
       {error && <div className="jp-gpuqueue-form-error">{error}</div>}
       {!data && !error && <div className="jp-gpuqueue-muted">Loading…</div>}
       {data && (
