@@ -29,10 +29,11 @@ if [ ! -x .ci-node/node_modules/.bin/configurable-http-proxy ]; then
   npm install --silent --no-audit --no-fund --prefix .ci-node configurable-http-proxy
 fi
 export PATH="$PWD/.ci-node/node_modules/.bin:$PATH"
-# Four pytest-xdist workers by default, each taking whole test files (their hubs, control planes
+# Six pytest-xdist workers by default, each taking whole test files (their hubs, control planes
 # and servers are per module; tests/xdist_schedule.py: the longest files first, tests/k8s/real as
 # one unit). Most of the suite waits on processes (servers, hubs, browsers, jobs), not on the CPU:
-# a test file alone used a fifth to a third of a core at load ~10 (BENCHMARKS.md, "Test suite time"), so
-# four workers keep a 2-core machine busy where two left it half idle.
+# a test file alone used a fifth to a third of a core at load ~10 (BENCHMARKS.md, "Test suite time");
+# on 2 cores, four workers used 153 % of the CPU and six 158 % (pytest 11 min 30 s → 10 min 24 s,
+# every test passing at the load ~10 six workers make).
 # GPUQUEUE_TEST_WORKERS=0: one process.
-exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-4}" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "${GPUQUEUE_TEST_WORKERS:-6}" --dist loadfile "$@"
