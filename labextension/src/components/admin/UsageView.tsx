@@ -17,6 +17,7 @@ import {
   usd
 } from '../costs/costsApi';
 import { MonthNav } from '../costs/MonthNav';
+import { useReload } from '../costs/useReload';
 
 interface IUsageData {
   month: string;
@@ -47,21 +48,7 @@ export function UsageView(props: { model: QueueModel }): JSX.Element {
     }
   }, [client, month]);
 
-  React.useEffect(() => {
-    void load();
-    let timer = 0;
-    const later = () => {
-      window.clearTimeout(timer);
-      timer = window.setTimeout(() => void load(), 1000);
-    };
-    model.workloadChanged.connect(later);
-    const poll = window.setInterval(() => void load(), 60000);
-    return () => {
-      model.workloadChanged.disconnect(later);
-      window.clearTimeout(timer);
-      window.clearInterval(poll);
-    };
-  }, [load]);
+  useReload(load, [model.workloadChanged], 1000);
 
   const totalUsd = (data?.users ?? []).reduce((s, u) => s + u.costUsd, 0);
   return (

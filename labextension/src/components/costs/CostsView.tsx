@@ -24,6 +24,7 @@ import {
 } from './costsApi';
 import { DailyChart } from './DailyChart';
 import { MonthNav } from './MonthNav';
+import { useReload } from './useReload';
 
 interface ICostData {
   month: string;
@@ -157,25 +158,11 @@ export function CostsView(props: { model: QueueModel }): JSX.Element {
     }
   }, [client, month]);
 
+  useReload(load, [model.workloadChanged, model.budgetsChanged], 500);
   React.useEffect(() => {
-    void load();
-    let timer = 0;
-    const later = () => {
-      window.clearTimeout(timer);
-      timer = window.setTimeout(() => void load(), 500);
-    };
-    model.workloadChanged.connect(later);
-    model.budgetsChanged.connect(later);
-    const poll = window.setInterval(() => void load(), 60000);
     const tick = window.setInterval(() => setTick(t => t + 1), 1000);
-    return () => {
-      model.workloadChanged.disconnect(later);
-      model.budgetsChanged.disconnect(later);
-      window.clearTimeout(timer);
-      window.clearInterval(poll);
-      window.clearInterval(tick);
-    };
-  }, [load]);
+    return () => window.clearInterval(tick);
+  }, []);
 
   const admin = !!model.info?.permissions?.admin;
   const held = model.workloads.map(e => e.workload).filter(w => w.state === 'Pending' && w.reason === 'BudgetExceeded');
