@@ -96,8 +96,9 @@ def test_kueue_admits_and_the_service_follows(make_service, kueue):
     total = (evicted_at - admitted_at) + (cluster.now - readmitted_at)
     assert rec_of(svc, "first")["costUsd"] == pytest.approx(3.6 * total / 3600, rel=1e-6)
     assert a["uid"] == rec_of(svc, "first")["uid"]
-    wl = cluster.kueue_workload("team-a", "first")
-    assert wl["status"]["conditions"][-1]["type"] == "Finished"
+    # Kueue's controller (a thread of the fake) marks its Workload Finished on its own time
+    wait_for(lambda: cluster.kueue_workload("team-a", "first")["status"]["conditions"][-1]["type"] == "Finished",
+             timeout=30, step=step(svc, cluster))
 
 
 def test_cancel_of_a_pending_delegated_job_deletes_it(make_service, kueue):
