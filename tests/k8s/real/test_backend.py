@@ -112,7 +112,8 @@ def test_cancel_deletes_the_job_and_the_garbage_collector_its_pods(queue, node_a
     wait_for(lambda: queue.job("long") is None and not queue.pods("long"), step=svc.tick, what="Job and Pod gone")
     assert node_agent.counters()["killed"] > killed  # the stand-in stopped the process
     assert rec(svc, "long")["state"] == CANCELLED
-    assert not svc.backend.running()
+    # the backend forgets the run at a poll that looks at it (one that sees it changed, or the 1 s sweep)
+    wait_for(lambda: not svc.backend.running(), step=svc.tick, what="the cancelled run forgotten")
 
 
 def test_preempted_job_is_readmitted_on_another_flavor_and_its_pod_moves(queue):
