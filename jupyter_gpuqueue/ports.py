@@ -10,6 +10,10 @@ same one of some 12,000 ports at the same moment. Within one process a port is n
 twice: several picked before any server binds them (a hub's own port, its proxy's, its service's)
 were once the same port ("the gpuqueue service through the proxy not up in time": the hub and its
 service both given 29072).
+
+Two processes can still draw the same port in the moment between the check and the server's bind
+(seen once in CI: "the Jupyter server could not be started because port 20118 is not available"):
+a starter that sees ``port_taken(log)`` after its server exited picks another port and starts again.
 """
 
 from __future__ import annotations
@@ -53,4 +57,14 @@ def free_port(attempts: int = 200) -> int:
         return s.getsockname()[1]
 
 
-__all__ = ["free_port"]
+_TAKEN = ("is not available", "address already in use")  # jupyter_server's words; the OS's (EADDRINUSE)
+
+
+def port_taken(log_text: str) -> bool:
+    """Whether a server's log says it exited because its port was taken (the starter then picks
+    another port and starts it again)."""
+    low = log_text.lower()
+    return any(t in low for t in _TAKEN)
+
+
+__all__ = ["free_port", "port_taken"]

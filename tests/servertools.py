@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import requests
 
-from jupyter_gpuqueue.ports import free_port
+from jupyter_gpuqueue.ports import free_port, port_taken
 
 HERE = Path(__file__).resolve().parent
 ZYGOTE = HERE / "server_zygote.py"
@@ -184,7 +184,16 @@ class Launcher:
 
     def start(self, setup: ServerSetup, timeout: float = START_TIMEOUT) -> RunningServer:
         """Start a server of ``setup`` on a free port; return once ``GET info`` answers 200 (its
-        queue service restored and started). Raises RuntimeError with its log otherwise."""
+        queue service restored and started). Raises RuntimeError with its log otherwise. A server
+        whose port another process took before it bound it is started again on another
+        (``ports.port_taken``)."""
+        for _attempt in range(3):
+            server = self._start_once(setup, timeout)
+            if server is not None:
+                return server
+        raise RuntimeError("no free port after 3 attempts")
+
+    def _start_once(self, setup: ServerSetup, timeout: float) -> Optional[RunningServer]:
         port = free_port()
         log_path = setup.base / f"server-{port}.log"
         argv = [f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
@@ -201,6 +210,9 @@ class Launcher:
         deadline = time.monotonic() + timeout
         while True:
             if not server.alive():
+                if port_taken(server.log_tail(5)):
+                    self.reap(server)
+                    return None
                 raise RuntimeError(f"the server exited before it answered:\n{server.log_tail()}")
             try:
                 if server.request("GET", "info", timeout=5).status_code == 200:

@@ -35,3 +35,30 @@ def test_a_port_handed_out_is_not_handed_out_again(monkeypatch):
     monkeypatch.setattr(ports.random.SystemRandom, "randrange", lambda self, a, b: next(draws))
     monkeypatch.setattr(ports, "_ephemeral_range", lambda: (60000, 61000))
     assert [ports.free_port(), ports.free_port()] == [24680, 24682]
+
+
+def test_a_server_whose_port_was_taken_is_started_on_another(tmp_path):
+    """The race free_port() cannot close (CI, once: "port 20118 is not available"): a port taken
+    by someone else between the pick and the bind. The bench server starts on another port."""
+    import socket
+
+    from jupyter_gpuqueue.bench.server import BenchServer
+
+    squatter = socket.socket()
+    server = BenchServer(workdir=str(tmp_path / "bench"))
+    try:
+        squatter.bind(("127.0.0.1", server.port))  # as if another process took it first
+        squatter.listen()
+        taken = server.port
+        with server:
+            assert server.port != taken
+            assert server.info()["mode"]
+    finally:
+        squatter.close()
+
+
+def test_port_taken_reads_jupyter_servers_and_the_oss_words():
+    assert ports.port_taken("[C ServerApp] ERROR: the Jupyter server could not be started because port 20118 "
+                            "is not available.")
+    assert ports.port_taken("OSError: [Errno 98] Address already in use")
+    assert not ports.port_taken("[I ServerApp] Jupyter Server 2.14 is running at http://127.0.0.1:20118/")

@@ -26,7 +26,7 @@ from typing import Optional
 
 import requests
 
-from ..ports import free_port
+from ..ports import free_port, port_taken
 from . import stream
 
 API = "gpuqueue/api/"
@@ -163,12 +163,16 @@ class BenchServer(ExternalServer):
             cmd = [self.python, "-m", "jupyter_server"]
         cmd.append(f"--config={self.config_file}")
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.pid = self.proc.pid
+        self._spawn(cmd, env)
         deadline = time.monotonic() + self.startup_timeout
+        retries = 3  # another process took the port between free_port() and the bind (ports.py)
         while True:
             if self.proc.poll() is not None:
+                if retries and port_taken(self.log_tail(5)):
+                    retries -= 1
+                    self._use_port(free_port())
+                    self._spawn(cmd, env)
+                    continue
                 raise RuntimeError(f"the bench server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 r = requests.get(self.api + "info", headers=self.headers, timeout=5)
@@ -181,6 +185,19 @@ class BenchServer(ExternalServer):
                 raise RuntimeError(f"the bench server did not answer within {self.startup_timeout:g} s:\n"
                                    f"{self.log_tail()}")
             time.sleep(0.2)
+
+    def _spawn(self, cmd: list, env: dict) -> None:
+        self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self.proc.pid
+
+    def _use_port(self, port: int) -> None:
+        """Serve on ``port`` from the next start: the URL and the config file change with it."""
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}/"
+        self.server_config["ServerApp"]["port"] = port
+        with open(self.config_file, "w") as f:
+            json.dump(self.server_config, f, indent=1)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
