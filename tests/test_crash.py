@@ -874,7 +874,7 @@ def test_preemptor_starts_only_after_its_victims_process_is_gone(make_by_device,
         a.submit(marked_job(marks, "low", 30, ignore_term=True, once=True), user="alice")
         tick_until(a, lambda: wl_state(a, "low") == "Running" and runs(marks, "low"))
         victim = int(runs(marks, "low")[0])
-        a.submit(marked_job(marks, "high", 0.3, priority="high"), user="alice")
+        a.submit(marked_job(marks, "high", 2, priority="high"), user="alice")
         tick_until(a, lambda: "Preempted" in (a.get_workload("one", "low")["message"] or ""))
         assert _start_ticks(victim) is not None, "the victim should still be stopping (it ignores SIGTERM)"
         b = a
@@ -887,6 +887,7 @@ def test_preemptor_starts_only_after_its_victims_process_is_gone(make_by_device,
             b.tick()
             if runs(marks, "high") and not victim_gone_first:
                 victim_gone_first.append(_start_ticks(victim) is None)
+                watch.look()  # high runs 2 s: seen, whatever the load does to the watch's thread
             return wl_state(b, "high") == "Succeeded"
 
         tick_until(b, high_ran)
