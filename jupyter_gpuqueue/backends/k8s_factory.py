@@ -75,4 +75,4 @@ class ClusterConnection:
 
         return KubernetesBackend(self.client, volcano=bool(o.get("volcano")), volcano_queue=o.get("volcano_queue"),
                                  pods_ready_timeout=float(o.get("pods_ready_timeout") or 300.0),
-                                 start_concurrency=int(o.get("start_concurrency", 8)), **k8s, **common)
+                                 start_concurrency=int(o.get("start_concurrency", 16)), **k8s, **common)

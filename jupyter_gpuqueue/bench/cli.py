@@ -119,8 +119,8 @@ def add_bench_parser(sub, server_parent) -> None:
                    help="queue every workload behind a held ClusterQueue (stopPolicy: Hold), then release it "
                    "(an admin change) and time the admissions from there")
     k.add_argument("--command", dest="job_command", default="sleep 1", help="the jobs' command ('sleep 1')")
-    k.add_argument("--start-concurrency", type=positive_int, default=8,
-                   help="Jobs created at a time by the backend's workers (8, kube_start_concurrency's default)")
+    k.add_argument("--start-concurrency", type=positive_int, default=16,
+                   help="Jobs created at a time by the backend's workers (16, kube_start_concurrency's default)")
     k.add_argument("--kube-api-qps", type=positive_int, default=500,
                    help="client QPS of the controller-manager and scheduler (500; upstream default 20)")
     k.add_argument("--keep", action="store_true", help="keep the cluster's folder (logs)")

@@ -200,7 +200,7 @@ async def _drive(svc, timing: _Timing, n: int, batch: int, command: list[str], n
 def run_k8s_bench(n: int = 2000, *, nodes: int = 25, gpus_per_node: int = 80, batch: int = 50, clients: int = 4,
                   command: Optional[list[str]] = None, namespaces: int = 4, kube_api_qps: int = 500,
                   timeout: float = 900.0, keep: bool = False, backlog: bool = False,
-                  start_concurrency: int = 8) -> dict:
+                  start_concurrency: int = 16) -> dict:
     """Start a control plane and nodes, run the benchmark, stop them; the figures (module doc).
     ``backlog``: the ClusterQueue is created with ``stopPolicy: Hold``; once every workload is
     queued, an admin change (``QueueService.apply_config``, as the admin view makes it) sets it to

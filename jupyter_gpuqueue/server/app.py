@@ -357,7 +357,7 @@ class GpuQueueApp(ExtensionApp):
     ).tag(config=True)
 
     kube_start_concurrency = Int(
-        8,
+        16,
         help="""Kubernetes backend: Jobs created by worker threads, at most this many at a time, so
         that the queue's loop never waits for the API server (0: created on the loop's thread).""",
     ).tag(config=True)

@@ -183,6 +183,19 @@ def test_an_admitted_job_whose_pod_cannot_be_scheduled_is_evicted_at_the_timeout
             svc.tick()
             time.sleep(0.2)
         assert rec(svc, "stuck")["costUsd"] == cost and rec(svc, "stuck")["state"] == PENDING
+        # The queue restarts during the backoff: the workload still waits it out (its requeueState
+        # is in the ledger, as Kueue keeps it in the Workload's status), neither admitted at once
+        # nor counted evicted again; its Job stays suspended and its cost stays what it was.
+        message = r["message"]
+        q.close_service(svc)
+        svc = q.service(pods_ready_timeout=4, requeue_backoff_base=600)
+        for _ in range(10):
+            svc.tick()
+            time.sleep(0.2)
+        r = rec(svc, "stuck")
+        assert (r["state"], r["reason"], r["evictions"], r["costUsd"]) == (PENDING, "PodsReadyTimeout", 1, cost), r
+        assert "backoff 600 s" in r["message"] and r["message"] == message
+        assert q.job("stuck")["spec"]["suspend"] is True and not q.pods("stuck")
     finally:
         # the H100s free again before the next test's service reads its inventory
         _force_delete_pods(control_plane, q.ns)
