@@ -19,6 +19,7 @@ a starter that sees ``port_taken(log)`` after its server exited picks another po
 from __future__ import annotations
 
 import random
+import re
 import socket
 
 LOW = 20000  # below: well-known and registered services people run on their machines
@@ -57,14 +58,14 @@ def free_port(attempts: int = 200) -> int:
         return s.getsockname()[1]
 
 
-_TAKEN = ("is not available", "address already in use")  # jupyter_server's words; the OS's (EADDRINUSE)
+# jupyter_server's words ("... because port 20118 is not available."); the OS's (EADDRINUSE)
+_TAKEN = re.compile(r"port \d+ is not available|address already in use", re.I)
 
 
 def port_taken(log_text: str) -> bool:
     """Whether a server's log says it exited because its port was taken (the starter then picks
     another port and starts it again)."""
-    low = log_text.lower()
-    return any(t in low for t in _TAKEN)
+    return _TAKEN.search(log_text) is not None
 
 
 __all__ = ["free_port", "port_taken"]

@@ -62,3 +62,4 @@ def test_port_taken_reads_jupyter_servers_and_the_oss_words():
                             "is not available.")
     assert ports.port_taken("OSError: [Errno 98] Address already in use")
     assert not ports.port_taken("[I ServerApp] Jupyter Server 2.14 is running at http://127.0.0.1:20118/")
+    assert not ports.port_taken("auth_state is enabled, but encryption is not available: no key")

@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 import requests
 
-from jupyter_gpuqueue.ports import free_port
+from jupyter_gpuqueue.ports import free_port, port_taken
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = REPO / "jupyterhub_config" / "local" / "jupyterhub_config.py"
@@ -155,7 +155,20 @@ def start_hub(state: Path, extra_config: str = "", env: Optional[dict] = None,
     """Start JupyterHub with the example config plus ``extra_config`` (Python lines using ``c``)
     in ``state``; return once the hub answers and the gpuqueue service is up. ``env``: extra
     environment for the hub (and so for its service and spawners). Raises RuntimeError with the
-    hub's log when it does not come up within ``timeout`` seconds (the processes are stopped)."""
+    hub's log when it does not come up within ``timeout`` seconds (the processes are stopped).
+    A hub, proxy or service whose port another process took between ``free_port()`` and its
+    bind (jupyter_gpuqueue/ports.py) is started again on other ports, twice at most."""
+    for attempt in range(3):
+        try:
+            return _start_hub_once(state, extra_config, env, timeout, sigint_ignored)
+        except RuntimeError as err:
+            if attempt == 2 or not port_taken(str(err)):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_hub_once(state: Path, extra_config: str, env: Optional[dict], timeout: float,
+                    sigint_ignored: bool) -> Hub:
     chp = chp_path()
     if chp is None:
         raise RuntimeError("configurable-http-proxy not found (run scripts/test.sh, or npm install it)")
