@@ -64,10 +64,15 @@ def _stat(pid: int) -> Optional[tuple[str, int, int]]:
 
 
 def _environ(pid: int) -> Optional[dict]:
+    """The process's environment, or None when it is gone or not a job's (no
+    ``GPUQUEUE_WORKLOAD_UID``: told from the raw bytes, without parsing the environment of every
+    process on the machine at every look: Chromium's and node's are large)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
     except OSError:
+        return None
+    if b"GPUQUEUE_WORKLOAD_UID=" not in raw:
         return None
     env = {}
     for item in raw.split(b"\0"):
