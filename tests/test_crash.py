@@ -869,7 +869,7 @@ def make_by_device(tmp_path):
 @pytest.mark.parametrize("restart", [False, True])
 def test_preemptor_starts_only_after_its_victims_process_is_gone(make_by_device, restart):
     make, marks = make_by_device, make_by_device.marks
-    with DeviceWatch({"MARKS": str(marks)}, interval=0.01) as watch:
+    with DeviceWatch({"MARKS": str(marks)}, interval=0.05) as watch:
         a = make()
         a.submit(marked_job(marks, "low", 30, ignore_term=True, once=True), user="alice")
         tick_until(a, lambda: wl_state(a, "low") == "Running" and runs(marks, "low"))

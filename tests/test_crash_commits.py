@@ -250,7 +250,7 @@ def test_kill9_during_preemptions_never_gives_a_device_twice(tmp_path, launcher)
 
     kills_while_stopping = 0
     try:
-        with DeviceWatch(env, interval=0.01) as watch:
+        with DeviceWatch(env, interval=0.05) as watch:
             for i in range(PREEMPTION_ROUNDS):
                 low, high = f"low-{i}", f"high-{i}"
                 # the victim checkpoints for 1.5 s when told to stop (SIGTERM), then exits; run
