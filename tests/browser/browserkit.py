@@ -1,6 +1,7 @@
 """What the browser tests share: the REST API through the test server (``api``, ``wait_for``,
 ``wait_for_state``), a job that sleeps (``sleeper``), and JupyterLab as a user drives it
-(``open_panel``, ``set_sidebar_width``, ``open_palette``, ``use_theme``). Screenshots go to
+(``open_panel``, ``show_only``, ``set_sidebar_width``, ``open_palette``, ``use_theme``) and a
+test's clean-up (``delete_and_drain``). Screenshots go to
 ``SCREENSHOT_DIR`` (test-artifacts/screenshots/; ``GPUQUEUE_SCREENSHOT_DIR=docs/screenshots``
 refreshes the README's and the docs')."""
 
@@ -55,6 +56,36 @@ async def wait_for_state(jp_fetch, key: str, states: tuple, timeout: float = 30.
         return await wait_for(jp_fetch, key, lambda w: w["state"] in states, timeout)
     except AssertionError as e:
         raise AssertionError(f"{key} is not in {states} after {timeout}s: {e}") from None
+
+
+async def delete_and_drain(jp_fetch, service, keys, timeout: float = 20.0) -> None:
+    """A test's clean-up: DELETE each workload ``namespace/name`` of ``keys`` (one already
+    finished answers an error, ignored), then wait up to ``timeout`` s for the service's backend
+    to have no running job left."""
+    for key in keys:
+        try:
+            await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
+        except AssertionError:
+            pass
+    deadline = time.monotonic() + timeout
+    while service.backend.running() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+
+
+PANEL_SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
+
+
+async def show_only(panel, sections) -> None:
+    """Open the named sections of the panel (of :data:`PANEL_SECTIONS`), fold the others, and
+    scroll the panel back to its top-left corner."""
+    for section in PANEL_SECTIONS:
+        toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
+        if not await toggle.count():
+            continue
+        want = "true" if section in sections else "false"
+        if await toggle.get_attribute("aria-expanded") != want:
+            await toggle.click()
+    await panel.evaluate("el => { el.scrollTop = 0; el.scrollLeft = 0; }")
 
 
 def sleeper(seconds: int = 600) -> list:

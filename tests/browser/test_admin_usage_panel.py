@@ -21,7 +21,6 @@ with GPUQUEUE_SCREENSHOT_DIR=docs/screenshots), admin-caps-*.png, grid-holders-*
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 import time
@@ -30,14 +29,14 @@ import pytest
 
 from jupyter_gpuqueue.ledger import Prices, reports
 
-from browserkit import SCREENSHOT_DIR, api, open_panel, set_sidebar_width, use_theme, wait_for_state
+from browserkit import (SCREENSHOT_DIR, api, delete_and_drain, open_panel, set_sidebar_width, show_only, use_theme,
+                        wait_for_state)
 from test_costs_panel import write_history
 from test_sidebar_width import AUDIT
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(420)]
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
-SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
 
 
 def write_preempted(service) -> None:
@@ -67,16 +66,6 @@ def one_digit_hour_zone() -> str:
     if k > 14:
         k -= 24
     return "Etc/GMT" if k == 0 else f"Etc/GMT{-k:+d}"
-
-
-async def show_only(panel, sections) -> None:
-    for section in SECTIONS:
-        toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
-        if not await toggle.count():
-            continue
-        want = "true" if section in sections else "false"
-        if await toggle.get_attribute("aria-expanded") != want:
-            await toggle.click()
 
 
 async def audit(locator, where: str) -> None:
@@ -208,11 +197,4 @@ async def test_admin_usage_grid_owners_runtime_caps_and_times(jp_fetch, gpuqueue
             finally:
                 await browser.close()
     finally:
-        for key in submitted:
-            try:
-                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
-            except AssertionError:
-                pass
-        deadline = time.monotonic() + 20
-        while gpuqueue_service.backend.running() and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await delete_and_drain(jp_fetch, gpuqueue_service, submitted)

@@ -12,15 +12,13 @@ docs-ready screenshots (costs.png, statusbar.png) into test-artifacts/screenshot
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
-import time
 
 import pytest
 
 from jupyter_gpuqueue.ledger import Prices, reports
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for_state, wait_for_lab
+from browserkit import SCREENSHOT_DIR, api, delete_and_drain, set_sidebar_width, wait_for_lab, wait_for_state
 
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -177,11 +175,4 @@ async def test_cost_view_and_status_bar(jp_fetch, gpuqueue_service, lab_url, chr
             finally:
                 await browser.close()
     finally:
-        for key in submitted:
-            try:
-                await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
-            except AssertionError:
-                pass
-        deadline = time.monotonic() + 20
-        while gpuqueue_service.backend.running() and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await delete_and_drain(jp_fetch, gpuqueue_service, submitted)

@@ -27,42 +27,27 @@ Screenshots of each view go to test-artifacts/screenshots/ as panel-<view>-<widt
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
-import time
 
 import pytest
 
 from jupyter_gpuqueue.ledger import reports
 
 from test_costs_panel import write_history
-from browserkit import REPO, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, use_theme as _use_theme, wait_for_state
+from browserkit import (REPO, SCREENSHOT_DIR, api, delete_and_drain, open_panel, set_sidebar_width, show_only,
+                        use_theme as _use_theme, wait_for_state)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 AXE = REPO / "labextension" / "node_modules" / "axe-core" / "axe.min.js"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
-FINISHED = ("Succeeded", "Failed", "Cancelled")
-SECTIONS = ("submit", "jobs", "availability", "costs", "team", "admin")
 ADMIN_TABS = ("quotas", "usage", "jobs", "priorities", "prices", "idle", "yaml", "audit")
 
 
 async def use_theme(page, name: str, light: bool) -> None:
     """browserkit's theme switch, with 600 ms for the CSS variables to settle."""
     await _use_theme(page, name, light, settle_ms=600)
-
-
-async def show_only(panel, sections) -> None:
-    """Open the named sections of the panel, fold the others."""
-    for section in SECTIONS:
-        toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
-        if not await toggle.count():
-            continue
-        want = "true" if section in sections else "false"
-        if await toggle.get_attribute("aria-expanded") != want:
-            await toggle.click()
-    await panel.evaluate("el => { el.scrollTop = 0; el.scrollLeft = 0; }")
 
 
 # What a person would see as broken, found from the computed styles of everything in the panel.
@@ -365,13 +350,4 @@ async def test_every_view_fits_the_sidebar_in_both_themes(
             finally:
                 await browser.close()
     finally:
-        for key in submitted:
-            try:
-                w = await api(jp_fetch, "workloads", *key.split("/"))
-                if w["state"] not in FINISHED:
-                    await api(jp_fetch, "workloads", *key.split("/"), method="DELETE")
-            except AssertionError:
-                pass
-        deadline = time.monotonic() + 20
-        while gpuqueue_service.backend.running() and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await delete_and_drain(jp_fetch, gpuqueue_service, submitted)
