@@ -135,8 +135,7 @@ class BenchServer(ExternalServer):
             "GpuQueueApp": gq,
         }
         self.config_file = os.path.join(self.workdir, "jupyter_server_config.json")
-        with open(self.config_file, "w") as f:
-            json.dump(self.server_config, f, indent=1)
+        self._write_config()
         self.log_path = os.path.join(self.workdir, "server.log")
         self.python = python
         self.extra_env = dict(env or {})
@@ -196,6 +195,9 @@ class BenchServer(ExternalServer):
         self.port = port
         self.url = f"http://127.0.0.1:{port}/"
         self.server_config["ServerApp"]["port"] = port
+        self._write_config()
+
+    def _write_config(self) -> None:
         with open(self.config_file, "w") as f:
             json.dump(self.server_config, f, indent=1)
 
