@@ -6,7 +6,8 @@ divided among them; a file's own wall time says little at that load. Each xdist 
 into a cgroup (v1 ``cpuacct``) of the file it is about to run, so every process it starts from then
 on (Jupyter servers, JupyterHub, Chromium, kube-apiserver, the jobs) is counted there, even after
 they leave its process tree; at the end the controller prints the files by CPU seconds, and writes
-``{file: seconds}`` as JSON where ``GPUQUEUE_CPU_BY_FILE`` names a file. A process started before
+``{file: seconds}`` as JSON where ``GPUQUEUE_CPU_BY_FILE`` names a file (``GPUQUEUE_CPU_BY=test``: by
+test rather than by file; a module's hub or server counts for the test that started it). A process started before
 its file (a session fixture's control plane or browser) counts for the file that started it, and
 tests/k8s/real is one unit, as tests/xdist_schedule.py schedules it.
 
@@ -29,7 +30,7 @@ _current: list = [None]
 
 
 def _dir(unit: str) -> str:
-    return os.path.join(ROOT, unit.replace("/", ":"))  # tests:hub:test_x.py (reversible)
+    return os.path.join(ROOT, unit.replace("/", "%"))  # tests%hub%test_x.py (reversible)
 
 
 def _usable() -> bool:
@@ -48,7 +49,7 @@ def pytest_configure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    unit = item.nodeid.split("::", 1)[0]
+    unit = item.nodeid if os.environ.get("GPUQUEUE_CPU_BY") == "test" else item.nodeid.split("::", 1)[0]
     unit = K8S_REAL if unit.startswith(K8S_REAL) else unit
     if unit != _current[0] and _usable():
         os.makedirs(_dir(unit), exist_ok=True)
@@ -68,11 +69,11 @@ def pytest_unconfigure(config):
     for name in os.listdir(ROOT):
         try:
             with open(os.path.join(ROOT, name, "cpuacct.usage")) as f:
-                seconds[name.replace(":", "/")] = int(f.read()) / 1e9
+                seconds[name.replace("%", "/")] = int(f.read()) / 1e9
         except OSError:
             continue
     total = sum(seconds.values())
-    sys.stderr.write(f"\nCPU seconds by test file ({total:.0f} s in all):\n")
+    sys.stderr.write(f"\nCPU seconds by test {'' if os.environ.get('GPUQUEUE_CPU_BY') == 'test' else 'file '}({total:.0f} s in all):\n")
     for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:40]:
         sys.stderr.write(f"  {s:7.1f}  {name}\n")
     out = os.environ.get("GPUQUEUE_CPU_BY_FILE")
