@@ -50,7 +50,7 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     unit = item.nodeid if os.environ.get("GPUQUEUE_CPU_BY") == "test" else item.nodeid.split("::", 1)[0]
-    unit = K8S_REAL if unit.startswith(K8S_REAL) else unit
+    unit = K8S_REAL if unit.startswith(K8S_REAL) and os.environ.get("GPUQUEUE_CPU_BY") != "test" else unit
     if unit != _current[0] and _usable():
         os.makedirs(_dir(unit), exist_ok=True)
         with open(os.path.join(_dir(unit), "cgroup.procs"), "w") as f:
