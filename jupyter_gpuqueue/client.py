@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import time
 from typing import Any, Optional
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -206,6 +207,10 @@ class EventStream:
             except (websocket.WebSocketConnectionClosedException, OSError):
                 self.close()
                 raise StopIteration from None
+            except Exception:
+                if self._closed:  # closed by another thread under this recv() (its socket gone)
+                    raise StopIteration from None
+                raise
             if message is None or message == "":
                 if not self._ws.connected:
                     self.close()
@@ -219,12 +224,28 @@ class EventStream:
                 return event
 
     def close(self) -> None:
-        """Close the connection; a blocked ``next()`` in another thread then stops."""
+        """Close the connection at once; a ``next()`` blocked in another thread then stops.
+
+        The close frame is sent without waiting for the server's answer: reading it needs the
+        websocket's read lock, which a ``next()`` blocked in another thread holds until a message
+        comes (the next ping, up to 30 s) or its timeout; on a server sharing the caller's event
+        loop, none comes while close() runs. Shutting the socket down wakes that ``next()``."""
         if self._closed:
             return
         self._closed = True
+        ws = self._ws
         try:
-            self._ws.close(timeout=1)
+            ws.send_close()
+        except Exception:
+            pass
+        sock = ws.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            ws.shutdown()
         except Exception:
             pass
 
