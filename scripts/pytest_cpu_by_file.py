@@ -6,10 +6,11 @@ divided among them; a file's own wall time says little at that load. Each xdist 
 into a cgroup (v1 ``cpuacct``) of the file it is about to run, so every process it starts from then
 on (Jupyter servers, JupyterHub, Chromium, kube-apiserver, the jobs) is counted there, even after
 they leave its process tree; at the end the controller prints the files by CPU seconds, and writes
-``{file: seconds}`` as JSON where ``GPUQUEUE_CPU_BY_FILE`` names a file (``GPUQUEUE_CPU_BY=test``: by
-test rather than by file; a module's hub or server counts for the test that started it). A process started before
+``{file: seconds}`` as JSON where ``GPUQUEUE_CPU_BY_FILE`` names a file. A process started before
 its file (a session fixture's control plane or browser) counts for the file that started it, and
-tests/k8s/real is one unit, as tests/xdist_schedule.py schedules it.
+tests/k8s/real is one unit, as tests/xdist_schedule.py schedules it. ``GPUQUEUE_CPU_BY=test``: by
+test rather than by file (tests/k8s/real too); a module's hub, server or control plane counts for
+the test that started it.
 
 Needs root and ``/sys/fs/cgroup/cpuacct`` (cgroup v1); otherwise it says so and does nothing::
 
@@ -26,6 +27,7 @@ import pytest
 
 ROOT = "/sys/fs/cgroup/cpuacct/gpuqueue-tests"
 K8S_REAL = "tests/k8s/real/"
+BY_TEST = os.environ.get("GPUQUEUE_CPU_BY") == "test"
 _current: list = [None]
 
 
@@ -49,8 +51,11 @@ def pytest_configure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    unit = item.nodeid if os.environ.get("GPUQUEUE_CPU_BY") == "test" else item.nodeid.split("::", 1)[0]
-    unit = K8S_REAL if unit.startswith(K8S_REAL) and os.environ.get("GPUQUEUE_CPU_BY") != "test" else unit
+    if BY_TEST:
+        unit = item.nodeid
+    else:
+        unit = item.nodeid.split("::", 1)[0]
+        unit = K8S_REAL if unit.startswith(K8S_REAL) else unit
     if unit != _current[0] and _usable():
         os.makedirs(_dir(unit), exist_ok=True)
         with open(os.path.join(_dir(unit), "cgroup.procs"), "w") as f:
@@ -73,7 +78,7 @@ def pytest_unconfigure(config):
         except OSError:
             continue
     total = sum(seconds.values())
-    sys.stderr.write(f"\nCPU seconds by test {'' if os.environ.get('GPUQUEUE_CPU_BY') == 'test' else 'file '}({total:.0f} s in all):\n")
+    sys.stderr.write(f"\nCPU seconds by test{'' if BY_TEST else ' file'} ({total:.0f} s in all):\n")
     for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])[:40]:
         sys.stderr.write(f"  {s:7.1f}  {name}\n")
     out = os.environ.get("GPUQUEUE_CPU_BY_FILE")
