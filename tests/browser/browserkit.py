@@ -1,6 +1,6 @@
 """What the browser tests share: the REST API through the test server (``api``, ``wait_for``,
 ``wait_for_state``), a job that sleeps (``sleeper``), and JupyterLab as a user drives it
-(``open_panel``, ``show_only``, ``set_sidebar_width``, ``open_palette``, ``use_theme``) and a
+(``open_panel``, ``show_panel``, ``show_only``, ``set_sidebar_width``, ``open_palette``, ``use_theme``) and a
 test's clean-up (``delete_and_drain``). Screenshots go to
 ``SCREENSHOT_DIR`` (test-artifacts/screenshots/; ``GPUQUEUE_SCREENSHOT_DIR=docs/screenshots``
 refreshes the README's and the docs')."""
@@ -110,15 +110,30 @@ async def open_panel(page, lab_url: str):
 
     await page.goto(lab_url)
     await wait_for_lab(page)
+    panel = await show_panel(page)
+    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+    return panel
+
+
+async def show_panel(page, timeout: float = 30.0):
+    """The GPU Queue panel shown in JupyterLab's left sidebar; its locator (AssertionError if it is
+    not shown within ``timeout`` s). Its tab toggles it, and JupyterLab may show or hide it on its
+    own while it starts (a reload restores an open panel, the layout restorer may collapse the
+    sidebar after a click): so click only while it is hidden, and return once it stays shown."""
     # JupyterLab adds the sidebar tab once every plugin is activated (slow on a busy machine)
     tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
     await tab.wait_for(timeout=60000)
     panel = page.locator("#jp-gpuqueue-panel")
-    if not await panel.is_visible():  # a reload restores the open panel; a click would close it
+    deadline = time.monotonic() + timeout
+    while True:
+        if await panel.is_visible():
+            await page.wait_for_timeout(300)
+            if await panel.is_visible():
+                return panel
+            continue
+        assert time.monotonic() < deadline, f"the GPU Queue panel is not shown after {timeout:.0f} s"
         await tab.click()
-    await expect(panel).to_be_visible()
-    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
-    return panel
+        await page.wait_for_timeout(500)
 
 
 async def set_sidebar_width(page, width: int) -> None:

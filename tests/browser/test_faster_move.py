@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, sleeper, use_theme, wait_for, wait_for_lab
+from browserkit import SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, use_theme, wait_for
 from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -53,14 +53,7 @@ async def test_a_faster_option_keeps_the_size_and_is_taken_in_one_click(jp_fetch
                 page.set_default_timeout(30000)
                 page_errors: list[str] = []
                 page.on("pageerror", lambda e: page_errors.append(str(e)))
-                await page.goto(lab_url)
-                await wait_for_lab(page)
-                tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
-                await tab.wait_for(timeout=60000)
-                panel = page.locator("#jp-gpuqueue-panel")
-                if not await panel.is_visible():
-                    await tab.click()
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                panel = await open_panel(page, lab_url)
                 for section in ("submit", "availability", "team"):
                     toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
                     if await toggle.count() and await toggle.get_attribute("aria-expanded") == "true":

@@ -17,7 +17,7 @@ import re
 import time
 
 import pytest
-from browserkit import SCREENSHOT_DIR, api, wait_for
+from browserkit import SCREENSHOT_DIR, api, show_panel, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -139,9 +139,7 @@ async def test_idle_warning_counts_down_and_keep_my_gpu_resets_the_clock(
                     timeout=20000)
                 await expect(toast2).to_contain_text("Restart the server to ask for a GPU again.")
                 # the panel's card names the lease's server
-                panel = page.locator("#jp-gpuqueue-panel")
-                if not await panel.is_visible():
-                    await page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]').click()
+                panel = await show_panel(page)
                 card = panel.locator('.jp-gpuqueue-job[data-gpuqueue-job="team-a/nb-exp2"]')
                 await expect(card.locator(".jp-gpuqueue-job-meta")).to_contain_text("notebook server 'exp2'")
                 assert not errors, errors

@@ -22,7 +22,7 @@ import re
 import time
 
 import pytest
-from browserkit import SCREENSHOT_DIR, api, sleeper, wait_for, wait_for_lab
+from browserkit import SCREENSHOT_DIR, api, open_panel, sleeper, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -159,14 +159,7 @@ async def test_the_hub_stops_the_server_at_the_lease_deadline(jp_fetch, started,
                 await page.route("**/hub/login**", lambda route: route.fulfill(
                     status=200, content_type="text/html; charset=UTF-8", body=HUB_LOGIN_PAGE))
 
-                await page.goto(lab_url)
-                await wait_for_lab(page)
-                tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
-                await tab.wait_for(timeout=60000)
-                panel = page.locator("#jp-gpuqueue-panel")
-                if not await panel.is_visible():
-                    await tab.click()
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                panel = await open_panel(page, lab_url)
                 for section in ("submit", "availability", "team"):
                     toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
                     if await toggle.get_attribute("aria-expanded") == "true":
@@ -263,17 +256,7 @@ async def test_a_lease_reaching_its_maximum_time_is_warned_then_ends_well(jp_fet
                             {"message": "JupyterHub server no longer running at /user/alice/."}))
 
                 await page.route("**/gpuqueue/api/**", api_route)
-                await page.goto(lab_url)
-                await wait_for_lab(page)
-                tab = page.locator('.lm-TabBar-tab[data-id="jp-gpuqueue-panel"]')
-                await tab.wait_for(timeout=60000)
-                panel = page.locator("#jp-gpuqueue-panel")
-                for _ in range(3):  # a restored panel may show while the tab is clicked: look again
-                    if await panel.is_visible():
-                        break
-                    await tab.click()
-                    await page.wait_for_timeout(1000)
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                panel = await open_panel(page, lab_url)
                 for section in ("submit", "availability", "team"):
                     toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
                     if await toggle.get_attribute("aria-expanded") == "true":
