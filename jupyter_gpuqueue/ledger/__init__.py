@@ -6,6 +6,15 @@ PostgreSQL by URL), and GPU prices.
 """
 
 from .pricing import DEFAULT_PRICES, Prices
-from .store import Ledger
 
 __all__ = ["Ledger", "Prices", "DEFAULT_PRICES"]
+
+
+def __getattr__(name: str):
+    # ``Ledger`` on first use: a single-user server that forwards to the hub's queue (and the
+    # CLI) reads prices but opens no ledger, and SQLAlchemy with Alembic is ~0.15 s of its start.
+    if name == "Ledger":
+        from .store import Ledger
+
+        return Ledger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
