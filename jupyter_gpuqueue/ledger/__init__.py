@@ -11,8 +11,8 @@ __all__ = ["Ledger", "Prices", "DEFAULT_PRICES"]
 
 
 def __getattr__(name: str):
-    # ``Ledger`` on first use: a single-user server that forwards to the hub's queue (and the
-    # CLI) reads prices but opens no ledger, and SQLAlchemy with Alembic is ~0.15 s of its start.
+    # ``Ledger`` on first use: a single-user server that forwards to the hub's queue reads prices
+    # but opens no ledger, and importing SQLAlchemy with Alembic was ~0.25 CPU s of its start.
     if name == "Ledger":
         from .store import Ledger
 
