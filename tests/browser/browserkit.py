@@ -21,6 +21,9 @@ from tornado.httpclient import HTTPClientError
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT_DIR = Path(os.environ.get("GPUQUEUE_SCREENSHOT_DIR", REPO / "test-artifacts" / "screenshots"))
 API = ("gpuqueue", "api")
+# How long the panel's event stream may take to connect ("live"): a first try that fails (a busy
+# machine, a test's websocket route not answering yet) is retried after 1, 2, 4 … s (model.ts).
+LIVE_TIMEOUT_MS = 30000
 
 
 async def api(jp_fetch, *parts, method="GET", body=None, params=None):
@@ -111,7 +114,7 @@ async def open_panel(page, lab_url: str):
     await page.goto(lab_url)
     await wait_for_lab(page)
     panel = await show_panel(page)
-    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+    await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
     return panel
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import pytest
-from browserkit import api, open_palette, sleeper, use_theme, wait_for_state, wait_for_lab
+from browserkit import LIVE_TIMEOUT_MS, api, open_palette, sleeper, use_theme, wait_for_state, wait_for_lab
 
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -53,7 +53,7 @@ async def test_plain_reason_and_no_stale_cancel_dialog(jp_fetch, started, lab_ur
                 await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()
                 panel = page.locator("#jp-gpuqueue-panel")
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
 
                 card = panel.locator(f'[data-gpuqueue-job="{keys[1]}"]')
                 plain = card.locator(".jp-gpuqueue-reason-plain")

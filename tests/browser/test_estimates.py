@@ -31,7 +31,7 @@ import time
 import uuid
 
 import pytest
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, sleeper, use_theme, wait_for, wait_for_lab
+from browserkit import LIVE_TIMEOUT_MS, SCREENSHOT_DIR, api, set_sidebar_width, sleeper, use_theme, wait_for, wait_for_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -190,7 +190,7 @@ async def test_estimates_on_the_card_and_the_status_bar(jp_fetch, gpuqueue_servi
                 assert "waiting for 4 × nvidia-h100 from" in title, title
                 await status.click()  # opens the panel
                 panel = page.locator("#jp-gpuqueue-panel")
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
                 # the form, the availability and the team queue are folded: the cards are what this is about
                 for section in ("submit", "availability", "team"):
                     toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')

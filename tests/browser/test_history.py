@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 from test_job_page import switch_theme
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, wait_for, wait_for_lab
+from browserkit import LIVE_TIMEOUT_MS, SCREENSHOT_DIR, api, set_sidebar_width, wait_for, wait_for_lab
 from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -86,7 +86,7 @@ async def test_filter_search_clear_and_page_my_jobs(jp_fetch, gpuqueue_service, 
                 await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()
                 panel = page.locator("#jp-gpuqueue-panel")
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
                 for section in ("submit", "availability", "team"):
                     toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
                     if await toggle.get_attribute("aria-expanded") == "true":

@@ -36,7 +36,7 @@ import pynvml
 import pytest
 
 from jupyter_gpuqueue.inventory.nvml import gpu_samples
-from browserkit import SCREENSHOT_DIR, api, set_sidebar_width, use_theme, wait_for, wait_for_lab
+from browserkit import LIVE_TIMEOUT_MS, SCREENSHOT_DIR, api, set_sidebar_width, use_theme, wait_for, wait_for_lab
 from test_estimates import AUDIT_TEXT, check_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -169,7 +169,7 @@ async def test_a_preempted_jobs_card_and_page(jp_fetch, gpuqueue_service, lab_ur
                 await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()  # opens the panel
                 panel = page.locator("#jp-gpuqueue-panel")
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
                 for section in ("submit", "availability", "team"):
                     toggle = panel.locator(f'[data-section="{section}"] .jp-gpuqueue-section-toggle')
                     if await toggle.get_attribute("aria-expanded") == "true":

@@ -15,7 +15,8 @@ import time
 
 import pytest
 from browserkit import (
-    API, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, use_theme, wait_for_state, wait_for_lab,
+    API, LIVE_TIMEOUT_MS, SCREENSHOT_DIR, api, open_panel, set_sidebar_width, sleeper, use_theme,
+    wait_for_state, wait_for_lab,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -87,7 +88,7 @@ async def test_submit_from_panel_wait_run_and_bill(jp_fetch, started, lab_url, c
                 await expect(panel).to_be_visible()
                 await expect(panel.locator("#jp-gpuqueue-script")).to_have_value("examples/train_digits.py")
                 await set_sidebar_width(page, 430)
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
                 # the blocker is in the user's list (same user, submitted over REST)
                 await expect(
                     panel.locator(f'[data-gpuqueue-job="{blocker_key}"]')
@@ -259,7 +260,7 @@ async def test_positions_follow_the_queue_without_an_event_per_job(jp_fetch, sta
                 await wait_for_lab(page)
                 await page.locator(".jp-gpuqueue-status").click()
                 panel = page.locator("#jp-gpuqueue-panel")
-                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible()
+                await expect(panel.locator(".jp-gpuqueue-conn-live")).to_be_visible(timeout=LIVE_TIMEOUT_MS)
                 cards = {k: panel.locator(f'[data-gpuqueue-job="{k}"]') for k in keys[1:]}
                 await expect(cards[keys[1]]).to_contain_text("position 1 in team-b-queue")
                 await expect(cards[keys[3]]).to_contain_text("position 3 in team-b-queue")
