@@ -1,7 +1,7 @@
 """What the browser tests share: the REST API through the test server (``api``, ``wait_for``,
 ``wait_for_state``), a job that sleeps (``sleeper``), and JupyterLab as a user drives it
-(``open_panel``, ``show_panel``, ``show_only``, ``set_sidebar_width``, ``open_palette``, ``use_theme``) and a
-test's clean-up (``delete_and_drain``). Screenshots go to
+(``open_panel``, ``show_panel``, ``show_only``, ``run_first_cell``, ``set_sidebar_width``, ``open_palette``,
+``use_theme``) and a test's clean-up (``delete_and_drain``). Screenshots go to
 ``SCREENSHOT_DIR`` (test-artifacts/screenshots/; ``GPUQUEUE_SCREENSHOT_DIR=docs/screenshots``
 refreshes the README's and the docs')."""
 
@@ -137,6 +137,30 @@ async def show_panel(page, timeout: float = 30.0):
         assert time.monotonic() < deadline, f"the GPU Queue panel is not shown after {timeout:.0f} s"
         await tab.click()
         await page.wait_for_timeout(500)
+
+
+async def run_first_cell(page, timeout: float = 90.0) -> None:
+    """Run the open notebook's first cell as a user does: select it, click the toolbar's Run; again
+    while its prompt says it never ran ("[ ]:"; a click JupyterLab took before the notebook was
+    ready does nothing), until it says "[*]:" or "[n]:" (AssertionError after ``timeout`` s)."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout, expect
+
+    ran = re.compile(r"\[(\*|\d+)\]")
+    cell = page.locator(".jp-NotebookPanel .jp-Cell").first
+    prompt = cell.locator(".jp-InputPrompt")
+    run = page.locator(".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']")
+    dialog = page.locator(".jp-Dialog")
+    deadline = time.monotonic() + timeout
+    while not ran.search(await prompt.inner_text()):
+        assert time.monotonic() < deadline, f"the cell does not run: prompt {await prompt.inner_text()!r}"
+        try:
+            if await dialog.is_visible():  # JupyterLab asks which kernel: the notebook's
+                await dialog.locator(".jp-mod-accept").click(timeout=5000)
+            await prompt.click(timeout=5000)
+            await run.first.click(timeout=5000)
+            await expect(prompt).to_have_text(ran, timeout=10000)
+        except (AssertionError, PlaywrightTimeout):
+            pass
 
 
 async def set_sidebar_width(page, width: int) -> None:
