@@ -5,7 +5,12 @@ PostgreSQL by URL), and GPU prices.
 - :class:`Prices` (``pricing.py``): USD per GPU-hour per ResourceFlavor; MIG slices by share of 7.
 """
 
+from typing import TYPE_CHECKING
+
 from .pricing import DEFAULT_PRICES, Prices
+
+if TYPE_CHECKING:  # for type checkers; at run time ``__getattr__`` below imports it on first use
+    from .store import Ledger
 
 __all__ = ["Ledger", "Prices", "DEFAULT_PRICES"]
 
